@@ -1,0 +1,120 @@
+"""chongming_nb: a task controller inside the Jupyter kernel, and the notebook UI around it.
+
+The curated public namespace. Everything a user or a test relies on is here and in
+``__all__`` (a test keeps the two in step).
+"""
+
+from chongming_nb.core.errors import (
+    AttemptsExhausted,
+    CircularDependency,
+    ConcurrencyConflict,
+    ConfigurationError,
+    DependencyFailed,
+    FatalError,
+    InvalidTransition,
+    RetryableError,
+    StoreError,
+    TaskCancelled,
+    TaskError,
+    TaskExecutionError,
+    TaskNotFound,
+    TaskTimeout,
+    UnknownDependency,
+)
+from chongming_nb.core.events import (
+    AdminOverride,
+    AttemptFailed,
+    AttemptStarted,
+    CompensationRan,
+    Event,
+    PipelineRunStatusChanged,
+    ProgressUpdated,
+    TaskCreated,
+    TaskHeartbeat,
+    TaskLogLine,
+    TaskOutput,
+    TaskStatusChanged,
+    TaskWarning,
+)
+from chongming_nb.core.graph import Graph
+from chongming_nb.core.models import (
+    AttemptRecord,
+    Command,
+    Failure,
+    FailureKind,
+    Progress,
+    TaskSnapshot,
+    Transition,
+)
+from chongming_nb.core.policies import (
+    AggregationPolicy,
+    BucketPolicy,
+    ConcurrencyPolicy,
+    Exponential,
+    JoinMode,
+    RetryPolicy,
+    Timeout,
+)
+from chongming_nb.core.state_machine import StateMachine
+from chongming_nb.core.states import (
+    REVIVABLE,
+    TERMINAL,
+    TRANSITIONS,
+    RequestedAction,
+    TaskStatus,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "REVIVABLE",
+    "TERMINAL",
+    "TRANSITIONS",
+    "AdminOverride",
+    "AggregationPolicy",
+    "AttemptFailed",
+    "AttemptRecord",
+    "AttemptStarted",
+    "AttemptsExhausted",
+    "BucketPolicy",
+    "CircularDependency",
+    "Command",
+    "CompensationRan",
+    "ConcurrencyConflict",
+    "ConcurrencyPolicy",
+    "ConfigurationError",
+    "DependencyFailed",
+    "Event",
+    "Exponential",
+    "Failure",
+    "FailureKind",
+    "FatalError",
+    "Graph",
+    "InvalidTransition",
+    "JoinMode",
+    "PipelineRunStatusChanged",
+    "Progress",
+    "ProgressUpdated",
+    "RequestedAction",
+    "RetryPolicy",
+    "RetryableError",
+    "StateMachine",
+    "StoreError",
+    "TaskCancelled",
+    "TaskCreated",
+    "TaskError",
+    "TaskExecutionError",
+    "TaskHeartbeat",
+    "TaskLogLine",
+    "TaskNotFound",
+    "TaskOutput",
+    "TaskSnapshot",
+    "TaskStatus",
+    "TaskStatusChanged",
+    "TaskTimeout",
+    "TaskWarning",
+    "Timeout",
+    "Transition",
+    "UnknownDependency",
+    "__version__",
+]

@@ -1,0 +1,126 @@
+"""Event types. Every event is a frozen value with an ``event_id`` (consumers must be
+idempotent) and the time it happened. Ids and times are supplied by the caller."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from chongming_nb.core.models import AttemptRecord, Failure, Progress, TaskSnapshot
+from chongming_nb.core.states import TaskStatus
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    event_id: str
+    at: datetime
+    task_id: str | None = None
+
+    @property
+    def type(self) -> str:
+        return type(self).__name__
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskCreated(Event):
+    snapshot: TaskSnapshot
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskStatusChanged(Event):
+    from_status: TaskStatus
+    to_status: TaskStatus
+    trigger: str
+    actor: str
+    reason: str | None
+    version: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttemptStarted(Event):
+    attempt: int
+    executor: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttemptFailed(Event):
+    attempt: int
+    failure: Failure
+    record: AttemptRecord | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProgressUpdated(Event):
+    progress: Progress
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskHeartbeat(Event):
+    pass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskOutput(Event):
+    """Something a task chose to emit with ``ctx.emit(kind, payload)``."""
+
+    kind: str
+    payload: Any = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskLogLine(Event):
+    """One line a task printed or logged (stream: stdout, stderr or log)."""
+
+    stream: str
+    line: str
+    level: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskWarning(Event):
+    """Something the user should know that is not a failure (e.g. a pause rolled back)."""
+
+    message: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompensationRan(Event):
+    """A compensation callable ran for a succeeded node (ok) or raised (error)."""
+
+    ok: bool
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PipelineRunStatusChanged(Event):
+    run_id: str
+    from_status: str | None
+    to_status: str
+    counts: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdminOverride(Event):
+    from_status: TaskStatus
+    to_status: TaskStatus
+    actor: str
+    reason: str
+    version: int
+
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    TaskCreated,
+    TaskStatusChanged,
+    AttemptStarted,
+    AttemptFailed,
+    ProgressUpdated,
+    TaskHeartbeat,
+    TaskOutput,
+    TaskLogLine,
+    TaskWarning,
+    CompensationRan,
+    PipelineRunStatusChanged,
+    AdminOverride,
+)

@@ -1,0 +1,180 @@
+"""Frozen value objects: snapshots, progress, failures, attempts, transitions, commands.
+
+Orthogonal dimensions are kept apart (seed 001 §1.3): lifecycle (``status``), retry
+count (``attempt``), progress, health (``last_heartbeat_at``) and result (``failure`` /
+``outcome``) never share one enum.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from chongming_nb.core.states import RequestedAction, TaskStatus
+
+
+class FailureKind(StrEnum):
+    EXCEPTION = "exception"
+    NONZERO_EXIT = "nonzero_exit"
+    TIMEOUT_START = "timeout_start"
+    TIMEOUT_ATTEMPT = "timeout_attempt"
+    TIMEOUT_IDLE = "timeout_idle"
+    CANCELLED = "cancelled"
+    LOST = "lost"
+    DEPENDENCY_FAILED = "dependency_failed"
+    CONDITION_FALSE = "condition_false"
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """Latest progress report. ``total`` may be unknown."""
+
+    done: float = 0
+    total: float | None = None
+    unit: str | None = None
+    message: str | None = None
+    updated_at: datetime | None = None
+
+    @property
+    def fraction(self) -> float | None:
+        if self.total is None or self.total <= 0:
+            return None
+        return min(1.0, max(0.0, self.done / self.total))
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """Why an attempt did not succeed. ``traceback`` is the full user traceback."""
+
+    kind: FailureKind
+    message: str
+    traceback: str | None = None
+    retryable: bool = False
+    exit_code: int | None = None
+    exception_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSnapshot:
+    """Everything known about one task at one ``status_version``."""
+
+    # identity
+    task_id: str
+    name: str
+    pipeline_run_id: str | None = None
+    tags: frozenset[str] = frozenset()
+    # lifecycle
+    status: TaskStatus = TaskStatus.PENDING
+    status_version: int = 0
+    requested_action: RequestedAction | None = None
+    # attempts
+    attempt: int = 0
+    max_attempts: int = 1
+    # time (``started_at`` belongs to the current attempt; None between attempts)
+    created_at: datetime | None = None
+    queued_at: datetime | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    last_heartbeat_at: datetime | None = None
+    retry_at: datetime | None = None
+    # progress
+    progress: Progress | None = None
+    # result
+    failure: Failure | None = None
+    outcome: Mapping[str, Any] | None = None
+    # carrier
+    executor: str | None = None
+    pid: int | None = None
+    # scheduling
+    priority: int = 0
+    deps: tuple[str, ...] = ()
+    idempotency_key: str | None = None
+    bucket: int | None = None
+    bucket_key: str | None = None
+    # supervision
+    lease_owner: str | None = None
+    lease_until: datetime | None = None
+    overridden: bool = False
+
+    @property
+    def is_terminal(self) -> bool:
+        from chongming_nb.core.states import TERMINAL
+
+        return self.status in TERMINAL
+
+    @property
+    def duration(self) -> timedelta | None:
+        if self.started_at is None:
+            return None
+        end = self.ended_at
+        return None if end is None else end - self.started_at
+
+    def evolve(self, **changes: Any) -> TaskSnapshot:
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One accepted status change, as written to the append-only history."""
+
+    task_id: str
+    from_status: TaskStatus
+    to_status: TaskStatus
+    trigger: str
+    actor: str
+    reason: str | None
+    at: datetime
+    version: int
+    override: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    """One execution attempt. Appended at start, completed at its end; never rewritten
+    except by ``reset`` (which clears them all)."""
+
+    task_id: str
+    attempt: int
+    started_at: datetime
+    ended_at: datetime | None = None
+    outcome: TaskStatus | None = None
+    failure_kind: FailureKind | None = None
+    failure_message: str | None = None
+    traceback: str | None = None
+    executor: str | None = None
+    abandoned: bool = False
+    exit_code: int | None = None
+
+    @property
+    def duration(self) -> timedelta | None:
+        return None if self.ended_at is None else self.ended_at - self.started_at
+
+
+class CommandState(StrEnum):
+    PENDING = "pending"
+    CLAIMED = "claimed"
+    DONE = "done"
+    REJECTED = "rejected"
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A control verb addressed to a task, travelling through the store's leased queue.
+
+    Carries a verb and arguments made of plain data: never code.
+    """
+
+    command_id: str
+    task_id: str
+    verb: str
+    args: Mapping[str, Any] = field(default_factory=dict)
+    actor: str = "unknown"
+    created_at: datetime | None = None
+    state: CommandState = CommandState.PENDING
+    claimed_by: str | None = None
+    lease_until: datetime | None = None
+    completed_at: datetime | None = None
+    outcome: Mapping[str, Any] | None = None
