@@ -44,6 +44,11 @@ S = TaskStatus
 #: The user-facing verbs ``can`` answers for.
 VERBS: tuple[str, ...] = ("start", "stop", "pause", "resume", "cancel", "retry", "skip", "reset")
 
+#: The verbs the control plane (widget clicks, store commands, REST, CLI) accepts.
+#: The one source for the widget and the JupyterLab extension. Task ids and these
+#: words are all the control plane ever takes: never code.
+CONTROL_VERBS: tuple[str, ...] = ("pause", "resume", "stop", "retry", "skip")
+
 Result = tuple[TaskSnapshot, Transition]
 
 #: Triggers of the two sanctioned exits from a terminal state (besides force).
