@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -12,6 +13,16 @@ from typing import ClassVar, Literal, Protocol
 from chongming_nb.core.errors import ConfigurationError, FatalError, RetryableError
 
 Jitter = Literal["full", "equal", "none"]
+
+
+def _is_number(v: object) -> bool:
+    """A real int or float (``bool`` is not a number here) that is not NaN."""
+    return isinstance(v, int | float) and not isinstance(v, bool) and not math.isnan(v)
+
+
+def _is_count(v: object) -> bool:
+    """An ``int`` that is not a ``bool``."""
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 class Rng(Protocol):
@@ -33,10 +44,17 @@ class Exponential:
     jitter: Jitter = "full"
 
     def __post_init__(self) -> None:
-        if self.base < 0 or self.factor < 1 or self.max < 0:
+        for name in ("base", "factor", "max"):
+            if not _is_number(getattr(self, name)):
+                raise ConfigurationError(
+                    f"Exponential.{name} must be a number, got {getattr(self, name)!r}"
+                )
+        if not (
+            0 <= self.base < math.inf and 1 <= self.factor < math.inf and 0 <= self.max < math.inf
+        ):
             raise ConfigurationError(
-                f"Exponential needs base >= 0, factor >= 1, max >= 0 (got {self.base}, "
-                f"{self.factor}, {self.max})"
+                "Exponential needs finite base >= 0, factor >= 1, max >= 0 (got "
+                f"base={self.base!r}, factor={self.factor!r}, max={self.max!r})"
             )
         if self.jitter not in ("full", "equal", "none"):
             raise ConfigurationError(f"unknown jitter {self.jitter!r}: use full, equal or none")
@@ -46,10 +64,13 @@ class Exponential:
         if attempt < 1:
             raise ConfigurationError(f"attempt must be >= 1, got {attempt}")
         exponent = attempt - 1
-        # avoid float overflow for absurd attempt numbers
-        if self.factor > 1 and exponent > 1024:
-            return self.max
-        return float(min(self.max, self.base * self.factor**exponent))
+        if self.base == 0:
+            return 0.0
+        try:
+            raw = self.base * self.factor**exponent
+        except OverflowError:  # absurd attempt numbers: the cap applies
+            return float(self.max)
+        return float(min(self.max, raw))
 
     def delay(self, attempt: int, rng: Rng) -> float:
         d = self.ceiling(attempt)
@@ -58,6 +79,25 @@ class Exponential:
         if self.jitter == "equal":
             return d / 2 + rng.random() * (d / 2)
         return d
+
+
+def _exception_types(name: str, value: object) -> tuple[type[BaseException], ...]:
+    """Accept one exception class or an iterable of them; anything else is a clear error."""
+    items: tuple[object, ...]
+    if isinstance(value, type):
+        items = (value,)
+    elif isinstance(value, tuple | list | frozenset | set):
+        items = tuple(value)
+    else:
+        raise ConfigurationError(
+            f"RetryPolicy.{name} must be an exception class or a tuple of them, got {value!r}"
+        )
+    out: list[type[BaseException]] = []
+    for item in items:
+        if not (isinstance(item, type) and issubclass(item, BaseException)):
+            raise ConfigurationError(f"RetryPolicy.{name} holds {item!r}, not an exception class")
+        out.append(item)
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,10 +114,14 @@ class RetryPolicy:
     give_up_on: tuple[type[BaseException], ...] = ()
 
     def __post_init__(self) -> None:
-        if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
+        if not _is_count(self.max_attempts) or self.max_attempts < 1:
             raise ConfigurationError(f"max_attempts must be an int >= 1, got {self.max_attempts!r}")
-        object.__setattr__(self, "retry_on", tuple(self.retry_on))
-        object.__setattr__(self, "give_up_on", tuple(self.give_up_on))
+        if not isinstance(self.backoff, Exponential):
+            raise ConfigurationError(
+                f"backoff must be an Exponential(...), got {type(self.backoff).__name__}"
+            )
+        for name in ("retry_on", "give_up_on"):
+            object.__setattr__(self, name, _exception_types(name, getattr(self, name)))
 
     def is_retryable(self, exc: BaseException) -> bool:
         if isinstance(exc, FatalError):
@@ -107,8 +151,10 @@ class Timeout:
     def __post_init__(self) -> None:
         for name in ("start", "per_attempt", "idle"):
             v = getattr(self, name)
-            if v is not None and (not isinstance(v, int | float) or v <= 0):
-                raise ConfigurationError(f"Timeout.{name} must be a positive number, got {v!r}")
+            if v is not None and (not _is_number(v) or not 0 < v < math.inf):
+                raise ConfigurationError(
+                    f"Timeout.{name} must be a positive finite number or None, got {v!r}"
+                )
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,13 +167,21 @@ class ConcurrencyPolicy:
     per_bucket: int | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.max_parallel, int) or self.max_parallel < 1:
+        if not _is_count(self.max_parallel) or self.max_parallel < 1:
             raise ConfigurationError(f"max_parallel must be an int >= 1, got {self.max_parallel!r}")
+        if not isinstance(self.limits, Mapping):
+            raise ConfigurationError(f"limits must be a mapping tag -> int, got {self.limits!r}")
         for tag, n in self.limits.items():
-            if not isinstance(n, int) or n < 1:
+            if not isinstance(tag, str) or not tag:
+                raise ConfigurationError(f"limits keys must be non-empty tag names, got {tag!r}")
+            if not _is_count(n) or n < 1:
                 raise ConfigurationError(f"limit for tag {tag!r} must be an int >= 1, got {n!r}")
-        if self.per_bucket is not None and self.per_bucket < 1:
-            raise ConfigurationError(f"per_bucket must be >= 1, got {self.per_bucket!r}")
+        if not _is_count(self.default_priority):
+            raise ConfigurationError(
+                f"default_priority must be an int, got {self.default_priority!r}"
+            )
+        if self.per_bucket is not None and (not _is_count(self.per_bucket) or self.per_bucket < 1):
+            raise ConfigurationError(f"per_bucket must be an int >= 1, got {self.per_bucket!r}")
         object.__setattr__(self, "limits", MappingProxyType(dict(self.limits)))
 
 
@@ -148,8 +202,17 @@ class AggregationPolicy:
     ALL_SETTLED: ClassVar[AggregationPolicy]
 
     def __post_init__(self) -> None:
-        if self.kind is AggregationKind.QUORUM and (self.n is None or self.n < 1):
-            raise ConfigurationError(f"quorum needs n >= 1, got {self.n!r}")
+        try:
+            kind = AggregationKind(self.kind)
+        except ValueError:
+            known = ", ".join(k.value for k in AggregationKind)
+            raise ConfigurationError(f"unknown aggregation {self.kind!r}; known: {known}") from None
+        object.__setattr__(self, "kind", kind)
+        if kind is AggregationKind.QUORUM:
+            if not isinstance(self.n, int) or isinstance(self.n, bool) or self.n < 1:
+                raise ConfigurationError(f"quorum needs an int n >= 1, got {self.n!r}")
+        elif self.n is not None:
+            raise ConfigurationError(f"n is only meaningful for quorum, not {kind.value}")
 
     @staticmethod
     def quorum(n: int) -> AggregationPolicy:
@@ -187,5 +250,7 @@ class BucketPolicy:
             raise ConfigurationError(f"num_buckets must be an int >= 1, got {self.num_buckets!r}")
 
     def bucket_for(self, key: str) -> int:
+        if not isinstance(key, str):
+            raise ConfigurationError(f"bucket keys are strings, got {type(key).__name__}")
         digest = hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest()
         return int.from_bytes(digest, "big") % self.num_buckets

@@ -6,12 +6,15 @@ changes nothing. Idempotency of user verbs lives in the Controller, not here.
 
 Invariants (checked by the property tests):
 
-* an accepted transition is an edge of TRANSITIONS, or a ``retry``/``reset`` out of a
-  terminal state, or an audited ``force_transition``;
+* an accepted transition is an edge of TRANSITIONS, or a ``retry``/``reset`` (the only
+  exits from a terminal state besides force; their Transition has ``override=False``),
+  or an audited ``force_transition`` (``override=True``);
 * each accepted transition raises ``status_version`` by exactly one;
 * RUNNING, PAUSING and STOPPING imply ``started_at``; ``ended_at`` is set exactly in
   terminal states; ``requested_action`` is STOP exactly in STOPPING and PAUSE exactly in
   PAUSING;
+* PENDING, BLOCKED, QUEUED and RETRY_WAIT imply no ``started_at`` (so ``resume`` can
+  tell an in-place pause from a pause before the start);
 * ``can(snapshot, verb)`` is true exactly when the verb's method would accept.
 """
 
@@ -65,6 +68,8 @@ _SKIP_FROM = frozenset(s for s in TRANSITIONS if S.SKIPPED in TRANSITIONS[s])
 _FAIL_FROM = frozenset({S.STARTING, S.RUNNING, S.PAUSING, S.STOPPING, S.RETRY_WAIT})
 _LOST_FROM = frozenset(s for s in TRANSITIONS if S.LOST in TRANSITIONS[s])
 _SUCCEED_FROM = frozenset(s for s in TRANSITIONS if S.SUCCEEDED in TRANSITIONS[s])
+#: Non-terminal states in which the current attempt has not started (no started_at).
+_NOT_STARTED = frozenset({S.PENDING, S.BLOCKED, S.QUEUED, S.RETRY_WAIT})
 
 
 def _allowed_text(sources: frozenset[TaskStatus]) -> list[str]:
@@ -222,7 +227,10 @@ class StateMachine:
         """Unoccupied -> STOPPED at once; occupied -> STOPPING (grace window)."""
         self._require(s, "stop")
         if s.status in _STOP_AT_ONCE:
-            failure = Failure(FailureKind.CANCELLED, reason or "stopped before it ran")
+            default = (
+                "stopped before it started" if s.started_at is None else "stopped while paused"
+            )
+            failure = Failure(FailureKind.CANCELLED, reason or default)
             return self._apply(
                 s,
                 S.STOPPED,
@@ -294,7 +302,7 @@ class StateMachine:
             trigger="user:retry",
             actor=actor,
             reason=reason,
-            override=True,
+            revive=True,
             changes={
                 "max_attempts": max_attempts,
                 "queued_at": now,
@@ -315,7 +323,7 @@ class StateMachine:
             trigger="user:reset",
             actor=actor,
             reason=reason,
-            override=True,
+            revive=True,
             changes={
                 "attempt": 0,
                 "queued_at": None,
@@ -332,15 +340,30 @@ class StateMachine:
         self, s: TaskSnapshot, to: TaskStatus, *, actor: str, reason: str
     ) -> Result:
         """Bypass the table. Needs a non-empty actor and reason; marks the snapshot
-        ``overridden``. The caller records an AdminOverride event."""
+        ``overridden``. The caller records an AdminOverride event.
+
+        The snapshot stays self-consistent: forcing into an occupied state sets
+        ``started_at`` if missing; forcing into a state that holds no execution and has
+        not started (pending, blocked, queued, retry_wait) clears ``started_at`` and
+        ``pid``, so a later pause/resume cannot claim a RUNNING execution that is not there.
+        """
         if not isinstance(actor, str) or not actor.strip():
             raise ConfigurationError("force_transition needs a non-empty actor")
         if not isinstance(reason, str) or not reason.strip():
             raise ConfigurationError("force_transition needs a non-empty reason")
-        to = TaskStatus(to)
+        try:
+            to = TaskStatus(to)
+        except ValueError:
+            known = ", ".join(t.value for t in TaskStatus)
+            raise ConfigurationError(
+                f"force_transition to unknown status {to!r}; known: {known}"
+            ) from None
         changes: dict[str, Any] = {"overridden": True}
-        if to in {S.RUNNING, S.PAUSING, S.STOPPING, S.STARTING} and s.started_at is None:
+        if to in OCCUPIED and s.started_at is None:
             changes["started_at"] = self.clock.now()
+        elif to in _NOT_STARTED:
+            changes["started_at"] = None
+            changes["pid"] = None
         return self._apply(
             s, to, trigger="admin:force", actor=actor, reason=reason, override=True, changes=changes
         )
