@@ -4,6 +4,10 @@ The curated public namespace. Everything a user or a test relies on is here and 
 ``__all__`` (a test keeps the two in step).
 """
 
+from chongming_nb.control.controller import Controller
+from chongming_nb.control.handle import TaskHandle
+from chongming_nb.control.kernel import get_controller
+from chongming_nb.control.spec import TaskRegistry, TaskSpec, task
 from chongming_nb.core.errors import (
     AttemptsExhausted,
     CircularDependency,
@@ -63,8 +67,41 @@ from chongming_nb.core.states import (
     RequestedAction,
     TaskStatus,
 )
+from chongming_nb.runtime.cancellation import CancellationToken
+from chongming_nb.runtime.context import TaskContext
+from chongming_nb.runtime.executors import InlineExecutor, ThreadExecutor
+from chongming_nb.stores import InMemoryStore, SqliteStore, open_store
 
 __version__ = "0.1.0"
+
+
+def load_ipython_extension(ipython: object) -> None:
+    """``%load_ext chongming_nb``: the %%task, %tasks and %task magics."""
+    from chongming_nb.notebook.magics import load_ipython_extension as _load
+
+    _load(ipython)
+
+
+def __getattr__(name: str) -> object:
+    # optional backends load their dependencies only when asked for
+    if name == "PostgresStore":
+        from chongming_nb.stores.postgres import PostgresStore
+
+        return PostgresStore
+    if name == "ProcessExecutor":
+        from chongming_nb.runtime.executors.process import ProcessExecutor
+
+        return ProcessExecutor
+    if name == "DaskExecutor":
+        from chongming_nb.runtime.executors.dask import DaskExecutor
+
+        return DaskExecutor
+    if name == "Pipeline":
+        from chongming_nb.control.pipeline import Pipeline
+
+        return Pipeline
+    raise AttributeError(f"module 'chongming_nb' has no attribute {name!r}")
+
 
 __all__ = [
     "REVIVABLE",
@@ -77,12 +114,14 @@ __all__ = [
     "AttemptStarted",
     "AttemptsExhausted",
     "BucketPolicy",
+    "CancellationToken",
     "CircularDependency",
     "Command",
     "CompensationRan",
     "ConcurrencyConflict",
     "ConcurrencyPolicy",
     "ConfigurationError",
+    "Controller",
     "DependencyFailed",
     "Event",
     "Exponential",
@@ -90,6 +129,8 @@ __all__ = [
     "FailureKind",
     "FatalError",
     "Graph",
+    "InMemoryStore",
+    "InlineExecutor",
     "InvalidTransition",
     "JoinMode",
     "PipelineRunStatusChanged",
@@ -98,23 +139,32 @@ __all__ = [
     "RequestedAction",
     "RetryPolicy",
     "RetryableError",
+    "SqliteStore",
     "StateMachine",
     "StoreError",
     "TaskCancelled",
+    "TaskContext",
     "TaskCreated",
     "TaskError",
     "TaskExecutionError",
+    "TaskHandle",
     "TaskHeartbeat",
     "TaskLogLine",
     "TaskNotFound",
     "TaskOutput",
+    "TaskRegistry",
     "TaskSnapshot",
+    "TaskSpec",
     "TaskStatus",
     "TaskStatusChanged",
     "TaskTimeout",
     "TaskWarning",
+    "ThreadExecutor",
     "Timeout",
     "Transition",
     "UnknownDependency",
     "__version__",
+    "get_controller",
+    "open_store",
+    "task",
 ]

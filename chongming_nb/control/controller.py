@@ -1,0 +1,1799 @@
+"""The Controller: submit, schedule, control and observe tasks inside the kernel.
+
+Threads:
+* the caller's threads (cells, widget comm handlers on a kernel subshell, ...) call the
+  public methods;
+* task threads report through a per-attempt reporter;
+* one dispatcher thread fires timers (retry backoff, stop/pause grace windows,
+  timeouts), samples heartbeats and claims store commands;
+* one recorder thread writes to the store and then publishes events (see bus.py).
+
+Everything about tasks is guarded by one lock. Invariants (checked by the tests):
+* only the StateMachine changes a status; the controller decides which event applies;
+* a task holds a slot from STARTING until its execution ends or is abandoned, pause
+  included (pause does not free a slot);
+* an execution's late report (after it was abandoned, or after its task was forced or
+  stopped while paused) never rewrites a recorded outcome.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+import logging
+import random
+import secrets
+import threading
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from chongming_nb.control.bus import EventBus, EventFilter
+from chongming_nb.control.spec import (
+    TaskRegistry,
+    TaskSpec,
+    check_arguments,
+    spec_of,
+    wants_context,
+)
+from chongming_nb.core.clock import Clock
+from chongming_nb.core.errors import (
+    ConfigurationError,
+    InvalidTransition,
+    TaskNotFound,
+    TaskTimeout,
+)
+from chongming_nb.core.events import (
+    AdminOverride,
+    AttemptFailed,
+    AttemptStarted,
+    Event,
+    ProgressUpdated,
+    TaskCreated,
+    TaskLogLine,
+    TaskOutput,
+    TaskStatusChanged,
+    TaskWarning,
+)
+from chongming_nb.core.models import (
+    AttemptRecord,
+    Failure,
+    FailureKind,
+    Progress,
+    TaskSnapshot,
+    Transition,
+)
+from chongming_nb.core.policies import (
+    BucketPolicy,
+    ConcurrencyPolicy,
+    JoinMode,
+    RetryPolicy,
+    Timeout,
+)
+from chongming_nb.core.state_machine import CONTROL_VERBS, VERBS, StateMachine
+from chongming_nb.core.states import OCCUPIED, TERMINAL, TaskStatus
+from chongming_nb.runtime import timeouts
+from chongming_nb.runtime.clock import SYSTEM_CLOCK
+from chongming_nb.runtime.executors import (
+    ExecutionHandle,
+    ExecutionRequest,
+    Executor,
+    Outcome,
+    make_executor,
+)
+from chongming_nb.runtime.heartbeat import Heartbeat
+from chongming_nb.stores.protocol import LogRecord
+
+log = logging.getLogger("chongming_nb.controller")
+
+S = TaskStatus
+
+#: How often the dispatcher wakes at the latest (heartbeats, store commands).
+TICK_SECONDS = 0.05
+#: At most one ProgressUpdated event per task per this many seconds.
+PROGRESS_EVENT_INTERVAL = 0.1
+#: Log lines kept in memory per task (older ones stay in the store, if any).
+LOG_RING = 2000
+
+
+@dataclass(eq=False, slots=True)
+class _Task:
+    snap: TaskSnapshot
+    fn: Callable[..., Any] | None
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    inject: bool
+    spec: TaskSpec
+    executor: Any
+    deps: tuple[str, ...] = ()
+    dependants: list[str] = field(default_factory=list)
+    join: JoinMode = JoinMode.ALL_SUCCEEDED
+    when: Callable[[Mapping[str, Any]], bool] | None = None
+    history: list[Transition] = field(default_factory=list)
+    attempts: list[AttemptRecord] = field(default_factory=list)
+    extra_events: list[Event] | None = None
+    logs: deque[LogRecord] | None = None
+    result: Any = None
+    exception: BaseException | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+    handle: ExecutionHandle | None = None
+    abandoned: ExecutionHandle | None = None
+    exec_attempt: int = 0  # attempt number of the live execution, 0 = none
+    holds_slot: bool = False
+    live: tuple[Any, Any, Any, Any] | None = None
+    progress_event_at: float = -1e18
+    hb: Heartbeat | None = None
+    starting_since: float | None = None
+    started_mono: float | None = None
+    timeout_kind: FailureKind | None = None
+    stop_reason: str | None = None
+    upstream: dict[str, Any] | None = None
+    node: str | None = None
+
+
+class _Reporter:
+    """The controller's side of one attempt (see runtime.executors.base.Reporter)."""
+
+    __slots__ = ("attempt", "ctl", "task")
+
+    def __init__(self, ctl: Controller, task: _Task, attempt: int) -> None:
+        self.ctl = ctl
+        self.task = task
+        self.attempt = attempt
+
+    def started(self, pid: int | None = None) -> None:
+        self.ctl._on_started(self.task, self.attempt, pid)
+
+    def progress(
+        self, done: float | None, total: float | None, unit: str | None, message: str | None
+    ) -> None:
+        t = self.task
+        prev = t.live
+        if prev is None:
+            t.live = (done or 0, total, unit, message)
+        else:
+            t.live = (
+                prev[0] if done is None else done,
+                prev[1] if total is None else total,
+                prev[2] if unit is None else unit,
+                prev[3] if message is None else message,
+            )
+        now = self.ctl._clock.monotonic()
+        if now - t.progress_event_at >= PROGRESS_EVENT_INTERVAL or (
+            t.live[1] is not None and t.live[0] >= t.live[1]
+        ):
+            t.progress_event_at = now
+            self.ctl._on_progress_event(t)
+
+    def emit(self, kind: str, payload: Any) -> None:
+        self.ctl._on_emit(self.task, kind, payload)
+
+    def log(self, stream: str, line: str, level: str | None) -> None:
+        self.ctl._on_log(self.task, stream, line, level)
+
+    def pause_reached(self) -> bool:
+        return self.ctl._on_pause_reached(self.task, self.attempt)
+
+    def resumed(self) -> None:
+        pass
+
+    def heartbeat(self) -> None:
+        if self.task.hb is not None:
+            self.task.hb.beat(self.ctl._clock.monotonic())
+
+    def upstream(self, key: Any) -> Any:
+        return self.ctl._upstream_value(self.task, key)
+
+    def finished(self, outcome: Outcome) -> None:
+        self.ctl._on_finished(self.task, self.attempt, outcome)
+
+
+class Controller:
+    """Runs tasks in the background of the kernel and lets you control them.
+
+    ``store``: None keeps everything in memory; a TaskStore (or a URL/path for
+    ``open_store``) makes every transition durable and lets other processes (the
+    JupyterLab sidebar, the ``chongming`` CLI) see and control the tasks.
+    """
+
+    def __init__(
+        self,
+        store: Any = None,
+        concurrency: ConcurrencyPolicy | None = None,
+        executor: str | Executor = "thread",
+        clock: Clock | None = None,
+        *,
+        buckets: BucketPolicy | None = None,
+        stop_grace: float = 10.0,
+        pause_grace: float = 30.0,
+        artifacts_root: str | Path | None = None,
+        owner: str | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        if concurrency is not None and not isinstance(concurrency, ConcurrencyPolicy):
+            raise ConfigurationError(
+                f"concurrency must be a ConcurrencyPolicy, got {concurrency!r}"
+            )
+        if stop_grace < 0 or pause_grace < 0:
+            raise ConfigurationError("stop_grace and pause_grace must be >= 0")
+        self._clock: Clock = clock or SYSTEM_CLOCK
+        self._sm = StateMachine(self._clock)
+        self.concurrency = concurrency or ConcurrencyPolicy()
+        self.buckets = buckets
+        self.stop_grace = float(stop_grace)
+        self.pause_grace = float(pause_grace)
+        self.artifacts_root = Path(artifacts_root) if artifacts_root is not None else None
+        self.registry = TaskRegistry()
+        self._rng = rng or random.Random()
+        self._default_executor = executor
+        self._executors: dict[str, Executor] = {}
+        self._lock = threading.RLock()
+        self._wake = threading.Condition(self._lock)
+        self._tasks: dict[str, _Task] = {}
+        self._by_key: dict[str, str] = {}
+        self._ready: list[tuple[int, int, str]] = []
+        self._seq = itertools.count()
+        self._timers: list[tuple[float, int, str, str, int]] = []
+        self._running = 0
+        self._tag_use: Counter[str] = Counter()
+        self._bucket_use: Counter[int] = Counter()
+        self._outbox: list[Any] = []
+        self._id_prefix = secrets.token_hex(4)
+        self._event_seq = itertools.count(1)
+        self._closed = False
+        self.owner = owner
+        self.persist_failures = 0
+        self._store: Any = None
+        if store is not None:
+            self._attach_store(store)
+        self._bus = EventBus(persist=self._persist if self._store is not None else None)
+        self._dispatcher = threading.Thread(
+            target=self._dispatch_loop, name="chongming-dispatcher", daemon=True
+        )
+        self._dispatcher.start()
+        subscribe = getattr(self._clock, "subscribe", None)
+        if callable(subscribe):
+            subscribe(self._poke)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _attach_store(self, store: Any) -> None:
+        if isinstance(store, str | Path):
+            from chongming_nb.stores import open_store
+
+            store = open_store(str(store))
+        self._store = store
+
+    @property
+    def store(self) -> Any:
+        return self._store
+
+    def _new_event_id(self) -> str:
+        return f"{self._id_prefix}-{next(self._event_seq)}"
+
+    def _poke(self) -> None:
+        with self._wake:
+            self._wake.notify()
+
+    def _task(self, task_id: Any) -> _Task:
+        tid = getattr(task_id, "id", task_id)
+        t = self._tasks.get(tid) if isinstance(tid, str) else None
+        if t is None:
+            raise TaskNotFound(str(tid))
+        return t
+
+    def _executor_for(self, choice: Any) -> tuple[str, Executor]:
+        choice = choice if choice is not None else self._default_executor
+        if isinstance(choice, str):
+            ex = self._executors.get(choice)
+            if ex is None:
+                ex = make_executor(choice)
+                self._executors[choice] = ex
+            return choice, ex
+        if not callable(getattr(choice, "launch", None)):
+            raise ConfigurationError(f"executor must be a name or an Executor, got {choice!r}")
+        name = str(getattr(choice, "name", type(choice).__name__))
+        self._executors.setdefault(f"{name}@{id(choice)}", choice)
+        return name, choice
+
+    # Every accepted transition goes through here (under the lock).
+    def _commit(self, t: _Task, result: tuple[TaskSnapshot, Transition], prev_version: int) -> None:
+        new, tr = result
+        t.snap = new
+        t.history.append(tr)
+        ev = TaskStatusChanged(
+            event_id=self._new_event_id(),
+            at=tr.at,
+            task_id=tr.task_id,
+            from_status=tr.from_status,
+            to_status=tr.to_status,
+            trigger=tr.trigger,
+            actor=tr.actor,
+            reason=tr.reason,
+            version=tr.version,
+        )
+        if self._store is not None:
+            self._outbox.append(("save", new, prev_version, tr))
+        self._outbox.append(ev)
+        if new.status in TERMINAL:
+            t.done.set()
+        else:
+            t.done.clear()
+
+    def _apply(
+        self, t: _Task, method: Callable[..., tuple[TaskSnapshot, Transition]], *a: Any, **kw: Any
+    ) -> None:
+        prev = t.snap.status_version
+        self._commit(t, method(t.snap, *a, **kw), prev)
+
+    def _event(self, t: _Task, ev: Event, keep: bool = True) -> None:
+        if keep:
+            if t.extra_events is None:
+                t.extra_events = []
+            t.extra_events.append(ev)
+        self._outbox.append(ev)
+
+    def _flush_outbox(self) -> None:
+        """Hand what was recorded under the lock to the recorder (call after releasing)."""
+        with self._lock:
+            items, self._outbox = self._outbox, []
+        self._bus.put_many(items)
+
+    def _push_timer(self, deadline: float, kind: str, task_id: str, marker: int) -> None:
+        heapq.heappush(self._timers, (deadline, next(self._seq), kind, task_id, marker))
+        self._wake.notify()
+
+    # --------------------------------------------------------------- submission
+
+    def submit(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        after: Iterable[Any] | Any = (),
+        name: str | None = None,
+        tags: Iterable[str] | None = None,
+        priority: int | None = None,
+        retry: RetryPolicy | int | None = None,
+        timeout: Timeout | float | None = None,
+        executor: Any = None,
+        idempotency_key: str | None = None,
+        bucket_key: str | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Start ``fn(ctx, *args, **kwargs)`` in the background; returns a TaskHandle at once.
+
+        ``after=`` takes handles or task ids: the task waits BLOCKED until they all
+        succeed, and is cancelled (dependency_failed) if one does not.
+        """
+        return self._submit(
+            fn,
+            args,
+            kwargs,
+            after=after,
+            name=name,
+            tags=tags,
+            priority=priority,
+            retry=retry,
+            timeout=timeout,
+            executor=executor,
+            idempotency_key=idempotency_key,
+            bucket_key=bucket_key,
+        )
+
+    def _submit(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        after: Iterable[Any] | Any = (),
+        name: str | None = None,
+        tags: Iterable[str] | None = None,
+        priority: int | None = None,
+        retry: RetryPolicy | int | None = None,
+        timeout: Timeout | float | None = None,
+        executor: Any = None,
+        idempotency_key: str | None = None,
+        bucket_key: str | None = None,
+        pipeline_run_id: str | None = None,
+        join: JoinMode = JoinMode.ALL_SUCCEEDED,
+        when: Callable[[Mapping[str, Any]], bool] | None = None,
+        node: str | None = None,
+        compensate: Callable[..., Any] | None = None,
+        upstream_names: Mapping[str, str] | None = None,
+    ) -> Any:
+        from chongming_nb.control.handle import TaskHandle
+        from chongming_nb.control.spec import _validate
+
+        if not callable(fn):
+            raise ConfigurationError(f"submit() needs a callable, got {fn!r}")
+        if self._closed:
+            raise ConfigurationError("this controller is closed")
+        spec = spec_of(fn).merged(
+            **_validate(name, retry, timeout, tags, priority, compensate), executor=executor
+        )
+        if idempotency_key is not None and not isinstance(idempotency_key, str):
+            raise ConfigurationError(f"idempotency_key must be a string, got {idempotency_key!r}")
+        if bucket_key is not None and not isinstance(bucket_key, str):
+            raise ConfigurationError(f"bucket_key must be a string, got {bucket_key!r}")
+        inject = wants_context(fn)
+        check_arguments(fn, args, kwargs, inject)
+        if after is None:
+            after = ()
+        if isinstance(after, str) or not isinstance(after, Iterable):
+            after = (after,)
+        exec_name, _ = self._executor_for(spec.executor)
+        self.registry.register(fn, spec.name)
+        prio = spec.priority if spec.priority is not None else self.concurrency.default_priority
+        bucket = None
+        if bucket_key is not None and self.buckets is not None:
+            bucket = self.buckets.bucket_for(bucket_key)
+        with self._lock:
+            if idempotency_key is not None and idempotency_key in self._by_key:
+                return TaskHandle(self, self._by_key[idempotency_key])
+            deps: list[str] = []
+            for d in after:
+                tid = getattr(d, "id", d)
+                if not isinstance(tid, str) or tid not in self._tasks:
+                    raise ConfigurationError(f"after=: unknown task {tid!r}")
+                if tid not in deps:
+                    deps.append(tid)
+            task_id = secrets.token_hex(6)
+            while task_id in self._tasks:
+                task_id = secrets.token_hex(6)
+            now = self._clock.now()
+            snap = TaskSnapshot(
+                task_id=task_id,
+                name=spec.name,
+                pipeline_run_id=pipeline_run_id,
+                tags=spec.tags,
+                max_attempts=spec.retry.max_attempts,
+                created_at=now,
+                executor=exec_name,
+                priority=prio,
+                deps=tuple(deps),
+                idempotency_key=idempotency_key,
+                bucket=bucket,
+                bucket_key=bucket_key,
+                lease_owner=self.owner,
+            )
+            t = _Task(
+                snap=snap,
+                fn=fn,
+                args=tuple(args),
+                kwargs=dict(kwargs),
+                inject=inject,
+                spec=spec,
+                executor=spec.executor,
+                deps=tuple(deps),
+                join=join,
+                when=when,
+                node=node,
+            )
+            if upstream_names:
+                t.upstream = {"__names__": dict(upstream_names)}
+            self._tasks[task_id] = t
+            if idempotency_key is not None:
+                self._by_key[idempotency_key] = task_id
+            for d in deps:
+                self._tasks[d].dependants.append(task_id)
+            if self._store is not None:
+                self._outbox.append(("create", snap))
+            self._outbox.append(
+                TaskCreated(event_id=self._new_event_id(), at=now, task_id=task_id, snapshot=snap)
+            )
+            if deps:
+                self._apply(t, self._sm.mark_blocked, reason="waiting for " + ", ".join(deps))
+                self._settle([task_id])
+            else:
+                self._release(t)
+        self._flush_outbox()
+        self._pump()
+        return TaskHandle(self, task_id)
+
+    # ------------------------------------------------------------ dependencies
+
+    def _settle(self, ids: list[str]) -> None:
+        """Re-evaluate BLOCKED tasks in ``ids`` (and, transitively, what they unblock)."""
+        work = list(ids)
+        while work:
+            t = self._tasks[work.pop()]
+            if t.snap.status is not S.BLOCKED:
+                continue
+            ups = [self._tasks[d].snap.status for d in t.deps]
+            done = [s for s in ups if s in TERMINAL]
+            ok = [s for s in ups if s is S.SUCCEEDED]
+            if t.join is JoinMode.ALL_SUCCEEDED:
+                bad = [d for d in t.deps if self._tasks[d].snap.status in TERMINAL - {S.SUCCEEDED}]
+                if bad:
+                    names = ", ".join(
+                        f"{self._tasks[d].snap.name} ({self._tasks[d].snap.status})" for d in bad
+                    )
+                    self._apply(
+                        t,
+                        self._sm.cancel,
+                        reason=f"upstream did not succeed: {names}",
+                        kind=FailureKind.DEPENDENCY_FAILED,
+                    )
+                    work.extend(t.dependants)
+                    continue
+                ready = len(ok) == len(ups)
+            elif t.join is JoinMode.ALL_DONE:
+                ready = len(done) == len(ups)
+            else:  # ANY_SUCCEEDED
+                ready = bool(ok)
+                if not ready and len(done) == len(ups):
+                    self._apply(
+                        t,
+                        self._sm.cancel,
+                        reason="no upstream succeeded",
+                        kind=FailureKind.DEPENDENCY_FAILED,
+                    )
+                    work.extend(t.dependants)
+                    continue
+            if ready:
+                self._release(t)
+                if t.snap.status in TERMINAL:
+                    work.extend(t.dependants)
+
+    def _upstream_map(self, t: _Task) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for d in t.deps:
+            u = self._tasks[d]
+            if u.snap.status is S.SUCCEEDED:
+                out[d] = u.result
+        return out
+
+    def _release(self, t: _Task) -> None:
+        """Dependencies are met: inject upstream results, test ``when``, queue."""
+        if t.deps:
+            values = self._upstream_map(t)
+            names = (t.upstream or {}).get("__names__", {})
+            t.upstream = {"__names__": names, **values}
+            if t.when is not None:
+                try:
+                    go = bool(t.when(_UpstreamView(self, t)))
+                except Exception as exc:
+                    self._apply(
+                        t,
+                        self._sm.cancel,
+                        reason=f"when= raised {type(exc).__name__}: {exc}",
+                        kind=FailureKind.EXCEPTION,
+                    )
+                    return
+                if not go:
+                    self._apply(
+                        t,
+                        self._sm.skip,
+                        reason="when= condition is false",
+                        actor="orchestrator",
+                        kind=FailureKind.CONDITION_FALSE,
+                    )
+                    return
+        self._apply(t, self._sm.mark_queued)
+        heapq.heappush(self._ready, (-t.snap.priority, next(self._seq), t.snap.task_id))
+
+    def _upstream_value(self, t: _Task, key: Any) -> Any:
+        with self._lock:
+            ups = t.upstream or {}
+            tid = getattr(key, "id", None) or getattr(key, "task_id", None) or key
+            if isinstance(tid, str) and tid in ups and tid != "__names__":
+                return ups[tid]
+            names: dict[str, str] = ups.get("__names__", {})
+            node = getattr(key, "name", None) if not isinstance(key, str) else key
+            if isinstance(node, str):
+                if node in names and names[node] in ups:
+                    return ups[names[node]]
+                for d in t.deps:
+                    if self._tasks[d].snap.name == node and d in ups:
+                        return ups[d]
+            known = [self._tasks[d].snap.name for d in t.deps]
+            raise KeyError(
+                f"{key!r} is not a succeeded upstream of {t.snap.name!r} (upstreams: {known})"
+            )
+
+    # --------------------------------------------------------------- scheduling
+
+    def _fits(self, t: _Task) -> bool:
+        pol = self.concurrency
+        for tag in t.snap.tags:
+            lim = pol.limits.get(tag)
+            if lim is not None and self._tag_use[tag] >= lim:
+                return False
+        b = t.snap.bucket
+        return not (
+            pol.per_bucket is not None and b is not None and self._bucket_use[b] >= pol.per_bucket
+        )
+
+    def _take_slot(self, t: _Task) -> None:
+        t.holds_slot = True
+        self._running += 1
+        for tag in t.snap.tags:
+            if tag in self.concurrency.limits:
+                self._tag_use[tag] += 1
+        if t.snap.bucket is not None:
+            self._bucket_use[t.snap.bucket] += 1
+
+    def _free_slot(self, t: _Task) -> None:
+        if not t.holds_slot:
+            return
+        t.holds_slot = False
+        self._running -= 1
+        for tag in t.snap.tags:
+            if tag in self.concurrency.limits:
+                self._tag_use[tag] -= 1
+        if t.snap.bucket is not None:
+            self._bucket_use[t.snap.bucket] -= 1
+
+    def _pump(self) -> None:
+        """Start as many queued tasks as the policy allows (launch outside the lock)."""
+        while True:
+            launches: list[tuple[_Task, Executor, ExecutionRequest, _Reporter]] = []
+            with self._lock:
+                skipped: list[tuple[int, int, str]] = []
+                while self._ready and self._running < self.concurrency.max_parallel:
+                    item = heapq.heappop(self._ready)
+                    t = self._tasks[item[2]]
+                    if t.snap.status is not S.QUEUED:
+                        continue  # stale entry (paused, stopped, skipped meanwhile)
+                    if not self._fits(t):
+                        skipped.append(item)  # no head-of-line blocking: look further
+                        continue
+                    launches.append(self._prepare_launch(t))
+                for item in skipped:
+                    heapq.heappush(self._ready, item)
+            self._flush_outbox()
+            if not launches:
+                return
+            for t, ex, req, rep in launches:
+                self._launch(t, ex, req, rep)
+
+    def _prepare_launch(self, t: _Task) -> tuple[_Task, Executor, ExecutionRequest, _Reporter]:
+        exec_name, ex = self._executor_for(t.executor)
+        self._apply(t, self._sm.mark_starting, executor=exec_name)
+        self._take_slot(t)
+        attempt = t.snap.attempt
+        t.exec_attempt = attempt
+        t.handle = None
+        t.live = None
+        t.timeout_kind = None
+        t.stop_reason = None
+        mono = self._clock.monotonic()
+        t.starting_since = mono
+        t.started_mono = None
+        started_at = t.snap.started_at
+        assert started_at is not None
+        t.attempts.append(
+            AttemptRecord(
+                task_id=t.snap.task_id, attempt=attempt, started_at=started_at, executor=exec_name
+            )
+        )
+        self._event(
+            t,
+            AttemptStarted(
+                event_id=self._new_event_id(),
+                at=started_at,
+                task_id=t.snap.task_id,
+                attempt=attempt,
+                executor=exec_name,
+            ),
+            keep=False,
+        )
+        if self._store is not None:
+            self._outbox.append(("attempt", t.attempts[-1]))
+        deadline = None
+        if t.spec.timeout.per_attempt is not None:
+            deadline = started_at + timedelta(seconds=t.spec.timeout.per_attempt)
+        self._arm_timeouts(t)
+        req = ExecutionRequest(
+            task_id=t.snap.task_id,
+            name=t.snap.name,
+            attempt=attempt,
+            target=t.fn,  # type: ignore[arg-type]
+            args=t.args,
+            kwargs=t.kwargs,
+            inject_context=t.inject,
+            pipeline_run_id=t.snap.pipeline_run_id,
+            deadline=deadline,
+            artifacts_root=self.artifacts_root,
+        )
+        return t, ex, req, _Reporter(self, t, attempt)
+
+    def _arm_timeouts(self, t: _Task) -> None:
+        hb = t.hb
+        d = timeouts.next_deadline(
+            t.spec.timeout,
+            starting_since=t.starting_since,
+            started=t.started_mono,
+            last_beat=hb.last_beat if hb else None,
+        )
+        if d is not None:
+            self._push_timer(d, "timeout", t.snap.task_id, t.exec_attempt)
+
+    def _launch(self, t: _Task, ex: Executor, req: ExecutionRequest, rep: _Reporter) -> None:
+        try:
+            handle = ex.launch(req, rep)
+        except Exception as exc:
+            with self._lock:
+                if t.exec_attempt == req.attempt:
+                    t.exec_attempt = 0
+                    self._free_slot(t)
+                    fail = Failure(
+                        FailureKind.EXCEPTION,
+                        f"executor could not launch: {exc}",
+                        traceback=None,
+                        retryable=False,
+                        exception_type=type(exc).__name__,
+                    )
+                    self._end_attempt(t, S.FAILED, fail)
+                    if t.snap.status is S.STARTING:
+                        self._apply(t, self._sm.mark_failed, fail)
+                    elif t.snap.status is S.STOPPING:
+                        self._apply(t, self._sm.confirm_stopped, reason="stopped before launch")
+                    self._after_status(t)
+            self._flush_outbox()
+            if isinstance(exc, ConfigurationError):
+                raise
+            return
+        with self._lock:
+            if t.exec_attempt != req.attempt:
+                return  # finished (inline) or settled before launch returned
+            t.handle = handle
+            t.hb = Heartbeat(handle.token, self._clock.monotonic())
+            st = t.snap.status
+            if st is S.STOPPING:
+                handle.request_stop(t.stop_reason)
+            elif st is S.PAUSING:
+                self._deliver_pause(t)
+            elif t.timeout_kind is not None:
+                handle.request_stop(t.timeout_kind.value)
+
+    # ---------------------------------------------------------- reporter hooks
+
+    def _on_started(self, t: _Task, attempt: int, pid: int | None) -> None:
+        with self._lock:
+            if t.exec_attempt != attempt:
+                return
+            t.started_mono = self._clock.monotonic()
+            if pid is not None:
+                t.snap = t.snap.evolve(pid=pid)
+            if t.snap.status is S.STARTING:
+                self._apply(t, self._sm.mark_running, pid=pid)
+            self._arm_timeouts(t)
+        self._flush_outbox()
+
+    def _on_progress_event(self, t: _Task) -> None:
+        p = self._live_progress(t)
+        if p is None:
+            return
+        ev = ProgressUpdated(
+            event_id=self._new_event_id(),
+            at=p.updated_at or self._clock.now(),
+            task_id=t.snap.task_id,
+            progress=p,
+        )
+        with self._lock:
+            self._outbox.append(ev)
+            if self._store is not None:
+                self._outbox.append(("touch", t.snap.task_id, p))
+        self._flush_outbox()
+
+    def _live_progress(self, t: _Task) -> Progress | None:
+        live = t.live
+        if live is None:
+            return t.snap.progress
+        return Progress(
+            done=live[0], total=live[1], unit=live[2], message=live[3], updated_at=self._clock.now()
+        )
+
+    def _on_emit(self, t: _Task, kind: str, payload: Any) -> None:
+        with self._lock:
+            self._event(
+                t,
+                TaskOutput(
+                    event_id=self._new_event_id(),
+                    at=self._clock.now(),
+                    task_id=t.snap.task_id,
+                    kind=kind,
+                    payload=payload,
+                ),
+            )
+        self._flush_outbox()
+
+    def _on_log(self, t: _Task, stream: str, line: str, level: str | None) -> None:
+        now = self._clock.now()
+        rec = LogRecord(now, stream, line, level)
+        with self._lock:
+            if t.logs is None:
+                t.logs = deque(maxlen=LOG_RING)
+            t.logs.append(rec)
+            self._outbox.append(
+                TaskLogLine(
+                    event_id=self._new_event_id(),
+                    at=now,
+                    task_id=t.snap.task_id,
+                    stream=stream,
+                    line=line,
+                    level=level,
+                )
+            )
+            if self._store is not None:
+                self._outbox.append(("log", t.snap.task_id, rec))
+        self._flush_outbox()
+
+    def _on_pause_reached(self, t: _Task, attempt: int) -> bool:
+        with self._lock:
+            if t.exec_attempt != attempt or t.snap.status is not S.PAUSING:
+                return False
+            self._apply(t, self._sm.confirm_paused)
+        self._flush_outbox()
+        return True
+
+    def _on_finished(self, t: _Task, attempt: int, outcome: Outcome) -> None:
+        with self._lock:
+            if t.exec_attempt != attempt:
+                # abandoned earlier: its record is sticky; only note that it came back
+                if t.abandoned is not None:
+                    self._event(
+                        t,
+                        TaskWarning(
+                            event_id=self._new_event_id(),
+                            at=self._clock.now(),
+                            task_id=t.snap.task_id,
+                            message=f"abandoned attempt {attempt} returned later ({outcome.kind}); "
+                            "its LOST record stands",
+                        ),
+                    )
+                self._flush_later()
+                return
+            t.exec_attempt = 0
+            t.handle = None
+            self._free_slot(t)
+            if t.live is not None:
+                t.snap = t.snap.evolve(progress=self._live_progress(t))
+            st = t.snap.status
+            if st in TERMINAL:
+                # stopped while paused in place, or forced: the status stands
+                self._end_attempt(t, st, t.snap.failure)
+            else:
+                if st is S.PAUSING:
+                    self._apply(t, self._sm.abort_pause, reason="the attempt ended before pausing")
+                if st is S.STARTING:
+                    self._apply(t, self._sm.mark_running)
+                self._settle_outcome(t, outcome)
+            self._after_status(t)
+        self._flush_outbox()
+        self._pump()
+
+    def _flush_later(self) -> None:
+        pass  # outbox is flushed by the caller after the lock is released
+
+    def _settle_outcome(self, t: _Task, outcome: Outcome) -> None:
+        st = t.snap.status
+        if outcome.kind == "succeeded":
+            t.result = outcome.value
+            t.exception = None
+            self._end_attempt(t, S.SUCCEEDED, None)
+            self._apply(t, self._sm.mark_succeeded, outcome=_describe(outcome.value))
+            return
+        if outcome.kind == "cancelled":
+            if st is S.STOPPING:
+                fail = Failure(FailureKind.CANCELLED, t.stop_reason or "stopped", retryable=False)
+                self._end_attempt(t, S.STOPPED, fail)
+                self._apply(t, self._sm.confirm_stopped, failure=fail, reason=t.stop_reason)
+                return
+            kind = t.timeout_kind or FailureKind.CANCELLED
+            exc: BaseException = (
+                TaskTimeout(_SCOPES.get(kind, "attempt"), _timeout_seconds(t.spec.timeout, kind))
+                if t.timeout_kind
+                else ConfigurationError("TaskCancelled raised without a stop request")
+            )
+            retryable = t.timeout_kind is not None and t.spec.retry.is_retryable(exc)
+            fail = Failure(kind, str(exc), retryable=retryable, exception_type=type(exc).__name__)
+            t.exception = exc
+            self._fail(t, fail)
+            return
+        # failed or crashed
+        exc2 = outcome.exception
+        t.exception = exc2
+        kind = FailureKind.EXCEPTION if outcome.kind == "failed" else FailureKind.NONZERO_EXIT
+        retryable = st is not S.STOPPING and (
+            t.spec.retry.is_retryable(exc2) if exc2 is not None else outcome.kind == "crashed"
+        )
+        fail = Failure(
+            kind,
+            outcome.message or "failed",
+            traceback=outcome.traceback,
+            retryable=retryable,
+            exit_code=outcome.exit_code,
+            exception_type=outcome.exception_type,
+        )
+        self._fail(t, fail)
+
+    def _fail(self, t: _Task, fail: Failure) -> None:
+        s = t.snap
+        retry_at = None
+        delay = 0.0
+        if fail.retryable and s.attempt < s.max_attempts and s.status is not S.STOPPING:
+            delay = t.spec.retry.delay(max(1, s.attempt), self._rng)
+            retry_at = self._clock.now() + timedelta(seconds=delay)
+        self._end_attempt(t, S.FAILED, fail)
+        self._apply(t, self._sm.mark_failed, fail, retry_at=retry_at)
+        self._event(
+            t,
+            AttemptFailed(
+                event_id=self._new_event_id(),
+                at=self._clock.now(),
+                task_id=s.task_id,
+                attempt=s.attempt,
+                failure=fail,
+                record=t.attempts[-1] if t.attempts else None,
+            ),
+        )
+        if t.snap.status is S.RETRY_WAIT:
+            self._push_timer(
+                self._clock.monotonic() + delay, "retry", s.task_id, t.snap.status_version
+            )
+
+    def _end_attempt(
+        self, t: _Task, outcome: TaskStatus, fail: Failure | None, abandoned: bool = False
+    ) -> None:
+        if not t.attempts:
+            return
+        rec = t.attempts[-1]
+        if rec.ended_at is not None:
+            return
+        from dataclasses import replace
+
+        rec = replace(
+            rec,
+            ended_at=self._clock.now(),
+            outcome=outcome,
+            failure_kind=fail.kind if fail else None,
+            failure_message=fail.message if fail else None,
+            traceback=fail.traceback if fail else None,
+            abandoned=abandoned,
+            exit_code=fail.exit_code if fail else None,
+        )
+        t.attempts[-1] = rec
+        if self._store is not None:
+            self._outbox.append(("attempt", rec))
+
+    def _after_status(self, t: _Task) -> None:
+        """Consequences of a status change: dependants, callbacks."""
+        if t.snap.status in TERMINAL and t.dependants:
+            self._settle(list(t.dependants))
+
+    # ---------------------------------------------------------------- timers
+
+    def _dispatch_loop(self) -> None:
+        next_hb = 0.0
+        while True:
+            with self._wake:
+                if self._closed:
+                    return
+                now = self._clock.monotonic()
+                wait = TICK_SECONDS
+                if self._timers:
+                    wait = max(0.0, min(wait, self._timers[0][0] - now))
+                if wait > 0:
+                    self._wake.wait(wait)
+                if self._closed:
+                    return
+                now = self._clock.monotonic()
+                due = []
+                while self._timers and self._timers[0][0] <= now:
+                    due.append(heapq.heappop(self._timers))
+                for _, _, kind, tid, marker in due:
+                    t = self._tasks.get(tid)
+                    if t is not None:
+                        try:
+                            self._fire(kind, t, marker)
+                        except Exception:
+                            log.exception("timer %s for task %s failed", kind, tid)
+                if now >= next_hb:
+                    next_hb = now + TICK_SECONDS
+                    self._sample_heartbeats(now)
+            self._flush_outbox()
+            self._pump()
+            if self._store is not None:
+                self._poll_commands()
+
+    def _sample_heartbeats(self, now: float) -> None:
+        for t in self._tasks.values():
+            hb = t.hb
+            if hb is None or t.exec_attempt == 0:
+                continue
+            if hb.sample(now) and self._store is not None:
+                self._outbox.append(("beat", t.snap.task_id, self._clock.now()))
+
+    def _fire(self, kind: str, t: _Task, marker: int) -> None:
+        s = t.snap
+        if kind == "retry":
+            if s.status is S.RETRY_WAIT and s.status_version == marker:
+                self._apply(t, self._sm.mark_queued, trigger="retry:backoff_elapsed")
+                heapq.heappush(self._ready, (-s.priority, next(self._seq), s.task_id))
+        elif kind == "pause":
+            if s.status is S.PAUSING and s.status_version == marker:
+                self._apply(t, self._sm.abort_pause, reason="no checkpoint reached in time")
+                if t.handle is not None:
+                    t.handle.resume()
+                self._event(
+                    t,
+                    TaskWarning(
+                        event_id=self._new_event_id(),
+                        at=self._clock.now(),
+                        task_id=s.task_id,
+                        message="pause rolled back: the task did not reach a checkpoint in time "
+                        "(it keeps running)",
+                    ),
+                )
+        elif kind == "stop":
+            if t.exec_attempt == marker and (s.status is S.STOPPING or t.timeout_kind is not None):
+                self._stop_window_expired(t)
+        elif kind == "timeout":
+            if t.exec_attempt != marker or t.timeout_kind is not None or s.status in TERMINAL:
+                return
+            hb = t.hb
+            now = self._clock.monotonic()
+            if hb is not None:
+                hb.sample(now)
+            if s.status in (S.PAUSED, S.PAUSING) and hb is not None:
+                # a paused task is not stuck; only the per-attempt budget still counts
+                hb.beat(now)
+            fired = timeouts.judge(
+                t.spec.timeout,
+                starting_since=t.starting_since,
+                started=t.started_mono,
+                last_beat=hb.last_beat if hb else None,
+                now=now,
+            )
+            if fired is None:
+                self._arm_timeouts(t)
+                return
+            t.timeout_kind = fired
+            if t.handle is not None:
+                t.handle.request_stop(fired.value)
+            self._push_timer(now + self.stop_grace, "stop", s.task_id, t.exec_attempt)
+
+    def _stop_window_expired(self, t: _Task) -> None:
+        h = t.handle
+        verdict = "abandoned" if h is None else h.on_stop_timeout()
+        if verdict == "gone":
+            return  # its finished() report is on the way
+        s = t.snap
+        t.exec_attempt = 0
+        t.handle = None
+        self._free_slot(t)
+        if verdict == "abandoned":
+            t.abandoned = h
+            why = (
+                "did not reach a checkpoint within the stop window; "
+                "thread abandoned, result unknown"
+            )
+            if t.timeout_kind is not None:
+                why = f"{t.timeout_kind.value}: {why}"
+            fail = Failure(FailureKind.LOST, why)
+            self._end_attempt(t, S.LOST, fail, abandoned=True)
+            if s.status is S.PAUSING:
+                self._apply(t, self._sm.abort_pause, reason="stop window expired")
+            if t.snap.status in OCCUPIED:
+                self._apply(t, self._sm.mark_lost, reason=why)
+        else:  # killed: a known outcome
+            if s.status is S.STOPPING:
+                fail = Failure(FailureKind.CANCELLED, "terminated after the stop window")
+                self._end_attempt(t, S.STOPPED, fail)
+                self._apply(t, self._sm.confirm_stopped, failure=fail, reason=t.stop_reason)
+            else:
+                kind = t.timeout_kind or FailureKind.CANCELLED
+                if s.status is S.PAUSING:
+                    self._apply(t, self._sm.abort_pause, reason="terminated")
+                if t.snap.status is S.STARTING:
+                    self._apply(t, self._sm.mark_running)
+                exc = TaskTimeout(
+                    _SCOPES.get(kind, "attempt"), _timeout_seconds(t.spec.timeout, kind)
+                )
+                fail = Failure(
+                    kind, f"{exc}; process terminated", retryable=t.spec.retry.is_retryable(exc)
+                )
+                self._fail(t, fail)
+        self._after_status(t)
+
+    # ------------------------------------------------------------------ verbs
+
+    def _verb(self, task_id: Any, fn: Callable[[_Task], None]) -> TaskSnapshot:
+        with self._lock:
+            t = self._task(task_id)
+            fn(t)
+            snap = t.snap
+        self._flush_outbox()
+        self._pump()
+        return snap
+
+    def start(self, task_id: Any, *, actor: str = "user") -> TaskSnapshot:
+        """PENDING/BLOCKED -> QUEUED (e.g. after ``reset``). Idempotent."""
+
+        def go(t: _Task) -> None:
+            if t.snap.status in (S.QUEUED, S.STARTING, S.RUNNING):
+                return
+            self._raise(t, "start")
+            if t.deps and t.snap.status is S.PENDING:
+                self._apply(t, self._sm.mark_blocked)
+                self._settle([t.snap.task_id])
+            elif t.deps:
+                self._settle([t.snap.task_id])
+            else:
+                self._release(t)
+
+        return self._verb(task_id, go)
+
+    def _raise(self, t: _Task, verb: str, force: bool = False) -> None:
+        err = self._sm.check(t.snap, verb, force=force)
+        if err is not None:
+            raise err
+
+    def pause(
+        self, task_id: Any, timeout: float | None = None, *, actor: str = "user", wait: bool = False
+    ) -> TaskSnapshot:
+        """Pause: QUEUED/RETRY_WAIT -> PAUSED at once; a running task -> PAUSING until it
+        reaches a checkpoint (-> PAUSED) or ``timeout`` runs out (-> back to RUNNING with a
+        warning). Idempotent on PAUSING/PAUSED."""
+        grace = self.pause_grace if timeout is None else float(timeout)
+
+        def go(t: _Task) -> None:
+            if t.snap.status in (S.PAUSING, S.PAUSED):
+                return
+            self._raise(t, "pause")
+            self._apply(t, self._sm.request_pause, actor=actor)
+            if t.snap.status is S.PAUSING:
+                self._push_timer(
+                    self._clock.monotonic() + grace, "pause", t.snap.task_id, t.snap.status_version
+                )
+                if t.handle is not None:
+                    self._deliver_pause(t)
+
+        snap = self._verb(task_id, go)
+        if wait:
+            return self._wait_settled(task_id, {S.PAUSING}, grace + 5)
+        return snap
+
+    def _deliver_pause(self, t: _Task) -> None:
+        h = t.handle
+        assert h is not None
+        if h.supports_pause:
+            h.request_pause()
+            return
+        self._apply(t, self._sm.abort_pause, reason=f"the {t.snap.executor} executor cannot pause")
+        self._event(
+            t,
+            TaskWarning(
+                event_id=self._new_event_id(),
+                at=self._clock.now(),
+                task_id=t.snap.task_id,
+                message=f"pause rolled back: the {t.snap.executor} executor "
+                "cannot pause a running task",
+            ),
+        )
+
+    def resume(self, task_id: Any, *, actor: str = "user") -> TaskSnapshot:
+        """PAUSED -> RUNNING (paused in place) or -> QUEUED (paused before it started);
+        PAUSING -> RUNNING (the pause is withdrawn). Idempotent on RUNNING/QUEUED."""
+
+        def go(t: _Task) -> None:
+            st = t.snap.status
+            if st in (S.RUNNING, S.QUEUED, S.STARTING):
+                return
+            if st is S.PAUSING:
+                self._apply(t, self._sm.abort_pause, reason="resumed before the pause took effect")
+                if t.handle is not None:
+                    t.handle.resume()
+                return
+            self._raise(t, "resume")
+            self._apply(t, self._sm.resume, actor=actor)
+            if t.snap.status is S.QUEUED:
+                heapq.heappush(self._ready, (-t.snap.priority, next(self._seq), t.snap.task_id))
+            elif t.handle is not None:
+                t.handle.resume()
+
+        return self._verb(task_id, go)
+
+    def stop(
+        self,
+        task_id: Any,
+        graceful: bool = True,
+        timeout: float | None = None,
+        *,
+        actor: str = "user",
+        reason: str | None = None,
+        wait: bool = False,
+    ) -> TaskSnapshot:
+        """Stop. Not running yet -> STOPPED at once. Running -> STOPPING: the task stops at
+        its next checkpoint (-> STOPPED); if it does not within ``timeout`` seconds
+        (``graceful=False``: at once) a thread is abandoned (-> LOST, result unknown) and a
+        process is terminated (-> STOPPED). Idempotent on STOPPING/STOPPED."""
+        grace = 0.0 if not graceful else (self.stop_grace if timeout is None else float(timeout))
+        return self._stop(task_id, grace, actor=actor, reason=reason, wait=wait)
+
+    def _stop(
+        self,
+        task_id: Any,
+        grace: float,
+        *,
+        actor: str,
+        reason: str | None,
+        wait: bool,
+        cancel: bool = False,
+    ) -> TaskSnapshot:
+        def go(t: _Task) -> None:
+            st = t.snap.status
+            if st in (S.STOPPING, S.STOPPED) or (cancel and st is S.CANCELLED):
+                return
+            if cancel:
+                self._raise(t, "cancel")
+                self._apply(t, self._sm.cancel, reason=reason or "cancelled", actor=actor)
+            else:
+                self._raise(t, "stop")
+                self._apply(t, self._sm.request_stop, actor=actor, reason=reason)
+            t.stop_reason = reason or ("cancelled" if cancel else f"stopped by {actor}")
+            if t.snap.status is S.STOPPING:
+                if t.handle is not None:
+                    t.handle.request_stop(t.stop_reason)
+                self._push_timer(
+                    self._clock.monotonic() + grace, "stop", t.snap.task_id, t.exec_attempt
+                )
+            elif t.handle is not None:
+                # stopped while paused in place: wake the checkpoint so the thread exits
+                t.handle.request_stop(t.stop_reason)
+            self._after_status(t)
+
+        snap = self._verb(task_id, go)
+        if wait:
+            return self._wait_settled(task_id, {S.STOPPING}, grace + 5)
+        return snap
+
+    def cancel(
+        self, task_id: Any, reason: str = "cancelled", *, actor: str = "orchestrator"
+    ) -> TaskSnapshot:
+        """Cascade cancel (what the orchestration layer does). Idempotent."""
+        return self._stop(
+            task_id, self.stop_grace, actor=actor, reason=reason, wait=False, cancel=True
+        )
+
+    def retry(self, task_id: Any, force: bool = False, *, actor: str = "user") -> TaskSnapshot:
+        """FAILED/STOPPED/CANCELLED/LOST -> QUEUED; the attempt history is kept.
+        ``force=True`` grants an attempt beyond ``max_attempts``. Idempotent on
+        QUEUED/STARTING/RUNNING."""
+
+        def go(t: _Task) -> None:
+            if t.snap.status in (S.QUEUED, S.STARTING, S.RUNNING):
+                return
+            self._raise(t, "retry", force)
+            self._apply(t, self._sm.retry, force=force, actor=actor)
+            t.result = None
+            t.exception = None
+            t.abandoned = None
+            t.live = None
+            heapq.heappush(self._ready, (-t.snap.priority, next(self._seq), t.snap.task_id))
+
+        return self._verb(task_id, go)
+
+    def skip(self, task_id: Any, reason: str | None = None, *, actor: str = "user") -> TaskSnapshot:
+        """PENDING/BLOCKED/QUEUED -> SKIPPED. Idempotent."""
+
+        def go(t: _Task) -> None:
+            if t.snap.status is S.SKIPPED:
+                return
+            self._raise(t, "skip")
+            self._apply(t, self._sm.skip, reason=reason, actor=actor)
+            self._after_status(t)
+
+        return self._verb(task_id, go)
+
+    def reset(self, task_id: Any, *, confirm: bool = False, actor: str = "user") -> TaskSnapshot:
+        """Back to PENDING with the attempt history cleared. Destroys history: needs
+        ``confirm=True``. Refused while an execution is alive (stop it first)."""
+        if confirm is not True:
+            raise ConfigurationError(
+                "reset() erases the attempt history; call reset(id, confirm=True)"
+            )
+
+        def go(t: _Task) -> None:
+            if t.snap.status is S.PENDING and t.snap.attempt == 0:
+                return
+            if t.exec_attempt:
+                raise InvalidTransition(
+                    t.snap.status,
+                    "reset",
+                    [],
+                    detail="its execution is still alive; stop it first",
+                    task_id=t.snap.task_id,
+                )
+            self._raise(t, "reset")
+            self._apply(t, self._sm.reset, actor=actor)
+            t.attempts.clear()
+            t.result = None
+            t.exception = None
+            t.live = None
+            if self._store is not None:
+                self._outbox.append(("clear_attempts", t.snap.task_id))
+
+        return self._verb(task_id, go)
+
+    def force_transition(
+        self, task_id: Any, to: TaskStatus | str, *, reason: str, actor: str
+    ) -> TaskSnapshot:
+        """The escape hatch: set any status, bypassing the table. Needs actor and reason;
+        writes an AdminOverride audit event and marks the snapshot ``overridden``."""
+        try:
+            target = TaskStatus(to)
+        except ValueError:
+            raise ConfigurationError(f"unknown status {to!r}") from None
+
+        def go(t: _Task) -> None:
+            before = t.snap.status
+            self._apply(t, self._sm.force_transition, target, actor=actor, reason=reason)
+            self._event(
+                t,
+                AdminOverride(
+                    event_id=self._new_event_id(),
+                    at=self._clock.now(),
+                    task_id=t.snap.task_id,
+                    from_status=before,
+                    to_status=target,
+                    actor=actor,
+                    reason=reason,
+                    version=t.snap.status_version,
+                ),
+            )
+            if target in TERMINAL and t.handle is not None:
+                t.handle.request_stop(f"forced to {target}")
+            if target is S.QUEUED:
+                heapq.heappush(self._ready, (-t.snap.priority, next(self._seq), t.snap.task_id))
+            self._after_status(t)
+
+        return self._verb(task_id, go)
+
+    def wait(self, task_id: Any, timeout: float | None = None) -> TaskSnapshot:
+        """Block until the task is terminal. TimeoutError after ``timeout``; no side effects."""
+        t = self._task(task_id)
+        if not t.done.wait(timeout):
+            raise TimeoutError(
+                f"task {t.snap.task_id} ({t.snap.name}) still {t.snap.status} after {timeout}s"
+            )
+        return self.get(task_id)
+
+    def _wait_settled(
+        self, task_id: Any, transient: set[TaskStatus], timeout: float
+    ) -> TaskSnapshot:
+        """Wait (really: on a condition, woken by status changes) until the task leaves
+        ``transient`` states."""
+        t = self._task(task_id)
+        ev = threading.Event()
+
+        def on(e: Event) -> None:
+            if e.task_id == t.snap.task_id:
+                ev.set()
+
+        unsub = self._bus.subscribe(on, (TaskStatusChanged,))
+        try:
+            deadline = self._clock.monotonic() + timeout
+            while t.snap.status in transient:
+                left = deadline - self._clock.monotonic()
+                if left <= 0:
+                    break
+                ev.wait(min(left, 0.5))
+                ev.clear()
+        finally:
+            unsub()
+        return self.get(task_id)
+
+    # -------------------------------------------------------- control plane
+
+    def can(self, task_id: Any, verb: str, *, force: bool = False) -> tuple[bool, str | None]:
+        """``(True, None)`` if ``verb`` would change the task now, else ``(False, why)``.
+        The predicates the UI binds its buttons to."""
+        if verb not in VERBS:
+            return False, f"unknown verb {verb!r}; known verbs: {', '.join(VERBS)}"
+        with self._lock:
+            try:
+                t = self._task(task_id)
+            except TaskNotFound as exc:
+                return False, str(exc)
+            ok, why = self._sm.can(t.snap, verb, force=force)
+            if ok and verb == "reset" and t.exec_attempt:
+                return False, "its execution is still alive; stop it first"
+            return ok, why
+
+    def can_all(self, task_id: Any) -> dict[str, tuple[bool, str | None]]:
+        """``can`` for every control-plane verb (``retry`` as a human decision: forced)."""
+        return {v: self.can(task_id, v, force=(v == "retry")) for v in CONTROL_VERBS}
+
+    def apply(self, task_id: Any, verb: Any, *, actor: str = "ui") -> tuple[bool, str | None]:
+        """The one entry for the control plane (widget clicks, store commands, REST):
+        a task id and a verb, never code. Never raises for bad input."""
+        if not isinstance(verb, str) or verb not in CONTROL_VERBS:
+            return False, f"unknown verb {verb!r}; allowed: {', '.join(CONTROL_VERBS)}"
+        if not isinstance(task_id, str):
+            return False, f"task_id must be a string, got {type(task_id).__name__}"
+        ok, why = self.can(task_id, verb, force=(verb == "retry"))
+        if not ok:
+            return False, why
+        try:
+            if verb == "pause":
+                self.pause(task_id, actor=actor)
+            elif verb == "resume":
+                self.resume(task_id, actor=actor)
+            elif verb == "stop":
+                self.stop(task_id, actor=actor)
+            elif verb == "retry":
+                self.retry(task_id, force=True, actor=actor)
+            else:
+                self.skip(task_id, reason=f"skipped by {actor}", actor=actor)
+        except Exception as exc:  # raced with another change: report, do not raise
+            return False, str(exc)
+        return True, None
+
+    def can_pause(self, task_id: Any) -> tuple[bool, str | None]:
+        return self.can(task_id, "pause")
+
+    def can_resume(self, task_id: Any) -> tuple[bool, str | None]:
+        return self.can(task_id, "resume")
+
+    def can_stop(self, task_id: Any) -> tuple[bool, str | None]:
+        return self.can(task_id, "stop")
+
+    def can_retry(self, task_id: Any, force: bool = False) -> tuple[bool, str | None]:
+        return self.can(task_id, "retry", force=force)
+
+    def can_skip(self, task_id: Any) -> tuple[bool, str | None]:
+        return self.can(task_id, "skip")
+
+    def can_cancel(self, task_id: Any) -> tuple[bool, str | None]:
+        return self.can(task_id, "cancel")
+
+    # ---------------------------------------------------------------- queries
+
+    def get(self, task_id: Any) -> TaskSnapshot:
+        """The task's snapshot, with the latest progress."""
+        with self._lock:
+            t = self._task(task_id)
+            snap = t.snap
+            if t.live is not None and t.exec_attempt:
+                snap = snap.evolve(progress=self._live_progress(t))
+            return snap
+
+    def list_tasks(
+        self,
+        status: TaskStatus | str | Iterable[TaskStatus | str] | None = None,
+        tag: str | None = None,
+        name_prefix: str | None = None,
+        pipeline_run_id: str | None = None,
+        limit: int | None = None,
+        ids: Iterable[str] | None = None,
+    ) -> list[TaskSnapshot]:
+        """Snapshots, newest first, filtered."""
+        statuses = _status_set(status)
+        if limit is not None and (not isinstance(limit, int) or limit < 0):
+            raise ConfigurationError(f"limit must be an int >= 0, got {limit!r}")
+        with self._lock:
+            if ids is not None:
+                pool = [self._tasks[i] for i in ids if i in self._tasks]
+            else:
+                pool = list(self._tasks.values())
+            out: list[TaskSnapshot] = []
+            for t in reversed(pool):
+                s = t.snap
+                if statuses is not None and s.status not in statuses:
+                    continue
+                if tag is not None and tag not in s.tags:
+                    continue
+                if name_prefix is not None and not s.name.startswith(name_prefix):
+                    continue
+                if pipeline_run_id is not None and s.pipeline_run_id != pipeline_run_id:
+                    continue
+                if t.live is not None and t.exec_attempt:
+                    s = s.evolve(progress=self._live_progress(t))
+                out.append(s)
+                if limit is not None and len(out) >= limit:
+                    break
+            return out
+
+    def stats(self, **filters: Any) -> dict[str, int]:
+        """Counts per status value (every status present, zeros included)."""
+        counts = dict.fromkeys((s.value for s in TaskStatus), 0)
+        for s in self.list_tasks(**filters):
+            counts[s.status.value] += 1
+        return counts
+
+    def history(self, task_id: Any) -> list[Transition]:
+        with self._lock:
+            return list(self._task(task_id).history)
+
+    def events(
+        self, task_id: Any, since: Any = None, types: Iterable[type[Event]] | None = None
+    ) -> list[Event]:
+        """Recorded events of one task, oldest first: status changes, attempt failures,
+        warnings, outputs, overrides. (Progress and heartbeats are transient and logs
+        are in ``logs``.)"""
+        with self._lock:
+            t = self._task(task_id)
+            evs: list[Event] = [
+                TaskStatusChanged(
+                    event_id=f"{tr.task_id}:v{tr.version}",
+                    at=tr.at,
+                    task_id=tr.task_id,
+                    from_status=tr.from_status,
+                    to_status=tr.to_status,
+                    trigger=tr.trigger,
+                    actor=tr.actor,
+                    reason=tr.reason,
+                    version=tr.version,
+                )
+                for tr in t.history
+            ]
+            evs.extend(t.extra_events or ())
+        evs.sort(key=lambda e: e.at)
+        if since is not None:
+            evs = [e for e in evs if e.at >= since]
+        if types is not None:
+            tt = tuple(types)
+            evs = [e for e in evs if isinstance(e, tt)]
+        return evs
+
+    def attempts(self, task_id: Any) -> list[AttemptRecord]:
+        with self._lock:
+            return list(self._task(task_id).attempts)
+
+    def logs(self, task_id: Any, limit: int | None = None) -> list[LogRecord]:
+        """The lines the task printed or logged (newest ``limit`` if given)."""
+        with self._lock:
+            t = self._task(task_id)
+            lines = list(t.logs or ())
+        return lines[-limit:] if limit else lines
+
+    def result(self, task_id: Any) -> Any:
+        with self._lock:
+            return self._task(task_id).result
+
+    def exception(self, task_id: Any) -> BaseException | None:
+        with self._lock:
+            return self._task(task_id).exception
+
+    def running(self, task_id: Any) -> bool:
+        """Is an execution of this task still alive (an abandoned thread counts)?"""
+        with self._lock:
+            t = self._task(task_id)
+            h = t.handle or t.abandoned
+            return bool(h is not None and h.running)
+
+    def handle(self, task_id: str) -> Any:
+        from chongming_nb.control.handle import TaskHandle
+
+        self._task(task_id)
+        return TaskHandle(self, task_id)
+
+    def watch(
+        self, callback: Callable[[Event], None], filter: EventFilter = None
+    ) -> Callable[[], None]:
+        """Call ``callback(event)`` for every event (from the recorder thread, after the
+        event is recorded). Returns an unsubscribe function. A failing callback is
+        counted in ``subscriber_failures`` and never affects a task."""
+        return self._bus.subscribe(callback, filter)
+
+    def add_hook(self, hook: Any) -> None:
+        """Lifecycle plugin: an object with any of on_start, on_success, on_failure,
+        on_retry, on_cancel (each gets the event). Failures are isolated and counted."""
+        if not any(
+            hasattr(hook, n)
+            for n in ("on_start", "on_success", "on_failure", "on_retry", "on_cancel")
+        ):
+            raise ConfigurationError(
+                "a hook needs at least one of on_start, on_success, on_failure, on_retry, on_cancel"
+            )
+        self._bus.hooks.append(hook)
+
+    @property
+    def subscriber_failures(self) -> int:
+        return self._bus.subscriber_failures
+
+    @property
+    def hook_failures(self) -> int:
+        return self._bus.hook_failures
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until every event so far is recorded (and persisted) and published."""
+        self._flush_outbox()
+        return self._bus.flush(timeout)
+
+    def graph(self) -> dict[str, Any]:
+        """Nodes and edges of everything submitted, including the implicit DAG built cell
+        by cell with ``after=``."""
+        with self._lock:
+            nodes = [
+                {
+                    "id": t.snap.task_id,
+                    "name": t.snap.name,
+                    "status": t.snap.status.value,
+                    "pipeline_run_id": t.snap.pipeline_run_id,
+                }
+                for t in self._tasks.values()
+            ]
+            edges = [(d, t.snap.task_id) for t in self._tasks.values() for d in t.deps]
+        return {"nodes": nodes, "edges": edges}
+
+    # ------------------------------------------------------------- dataframes
+
+    def snapshots_df(self, **filters: Any) -> Any:
+        """One row per task (see docs for the columns)."""
+        from chongming_nb.frames import snapshots_frame
+
+        return snapshots_frame(self.list_tasks(**filters))
+
+    def attempts_df(self, **filters: Any) -> Any:
+        """One row per attempt of the tasks matching ``filters``."""
+        from chongming_nb.frames import attempts_frame
+
+        snaps = self.list_tasks(**filters)
+        with self._lock:
+            recs = [r for s in reversed(snaps) for r in self._tasks[s.task_id].attempts]
+            names = {s.task_id: s.name for s in snaps}
+        return attempts_frame(recs, names)
+
+    def events_df(self, **filters: Any) -> Any:
+        """One row per status transition of the tasks matching ``filters``."""
+        from chongming_nb.frames import transitions_frame
+
+        snaps = self.list_tasks(**filters)
+        with self._lock:
+            trs = [tr for s in reversed(snaps) for tr in self._tasks[s.task_id].history]
+            names = {s.task_id: s.name for s in snaps}
+        return transitions_frame(trs, names)
+
+    # ------------------------------------------------------------------ store
+
+    def _persist(self, batch: list[Any]) -> None:
+        """Recorder thread: write a batch to the store, in order, grouped."""
+        store = self._store
+        if store is None:
+            return
+        try:
+            _write_batch(store, batch)
+        except Exception:
+            self.persist_failures += 1
+            log.exception("store write failed; the task goes on")
+
+    def _poll_commands(self) -> None:
+        pass  # wired when the store lands
+
+    # --------------------------------------------------------------- lifecycle
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the background threads (running tasks are not stopped)."""
+        with self._wake:
+            self._closed = True
+            self._wake.notify_all()
+        self._flush_outbox()
+        self._bus.flush(timeout)
+        self._bus.close()
+        for ex in self._executors.values():
+            try:
+                ex.shutdown()
+            except Exception:
+                log.exception("executor shutdown failed")
+
+    def board(self, **filters: Any) -> Any:
+        """A live table of tasks (a widget) for the notebook."""
+        from chongming_nb.notebook.display import board
+
+        return board(self, **filters)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Any:
+        try:
+            from chongming_nb.notebook.display import task_bundle
+        except ImportError:
+            return {"text/plain": repr(self)}
+        return task_bundle(self, kind="board", title="tasks")
+
+    def __repr__(self) -> str:
+        counts = {k: v for k, v in self.stats().items() if v}
+        return f"<Controller tasks={sum(counts.values())} {counts}>"
+
+
+class _UpstreamView(Mapping[Any, Any]):
+    """What ``when=`` sees: upstream results by handle, node, name or id."""
+
+    def __init__(self, ctl: Controller, t: _Task) -> None:
+        self._ctl = ctl
+        self._t = t
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._ctl._upstream_value(self._t, key)
+
+    def __iter__(self) -> Any:
+        return iter(self._t.deps)
+
+    def __len__(self) -> int:
+        return len(self._t.deps)
+
+
+_SCOPES = {
+    FailureKind.TIMEOUT_START: "start",
+    FailureKind.TIMEOUT_ATTEMPT: "attempt",
+    FailureKind.TIMEOUT_IDLE: "idle",
+}
+
+
+def _timeout_seconds(t: Timeout, kind: FailureKind) -> float:
+    v = {
+        FailureKind.TIMEOUT_START: t.start,
+        FailureKind.TIMEOUT_ATTEMPT: t.per_attempt,
+        FailureKind.TIMEOUT_IDLE: t.idle,
+    }.get(kind)
+    return float(v or 0)
+
+
+def _describe(value: Any) -> dict[str, Any] | None:
+    """A small JSON-able description of a result for the snapshot's ``outcome``."""
+    if value is None:
+        return None
+    out: dict[str, Any] = {"type": f"{type(value).__module__}.{type(value).__qualname__}"}
+    shape = getattr(value, "shape", None)
+    if isinstance(shape, tuple):
+        out["shape"] = list(shape)
+    else:
+        with contextlib.suppress(Exception):
+            out["len"] = len(value)
+    if isinstance(value, int | float | bool | str) and len(repr(value)) <= 200:
+        out["value"] = value
+    return out
+
+
+def _status_set(status: Any) -> frozenset[TaskStatus] | None:
+    if status is None:
+        return None
+    if isinstance(status, str):
+        status = [status]
+    try:
+        return frozenset(TaskStatus(s) for s in status)
+    except ValueError as exc:
+        raise ConfigurationError(
+            f"{exc}; statuses are {', '.join(s.value for s in TaskStatus)}"
+        ) from None
+
+
+def _write_batch(store: Any, batch: list[Any]) -> None:
+    saves: list[tuple[TaskSnapshot, int]] = []
+    trs: list[Transition] = []
+
+    def flush_saves() -> None:
+        if saves:
+            store.save_many(list(saves), list(trs))
+            saves.clear()
+            trs.clear()
+
+    for item in batch:
+        if isinstance(item, Event) or not isinstance(item, tuple):
+            continue
+        op = item[0]
+        if op == "save":
+            saves.append((item[1], item[2]))
+            trs.append(item[3])
+            continue
+        flush_saves()
+        if op == "create":
+            store.create(item[1])
+        elif op == "attempt":
+            store.save_attempt(item[1])
+        elif op == "touch":
+            store.touch(item[1], progress=item[2])
+        elif op == "beat":
+            store.touch(item[1], heartbeat_at=item[2])
+        elif op == "log":
+            store.append_logs(item[1], [item[2]])
+        elif op == "clear_attempts":
+            store.clear_attempts(item[1])
+    flush_saves()

@@ -1,0 +1,62 @@
+"""The kernel-wide controller: one per process, on the embedded SQLite store."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from typing import Any
+
+from chongming_nb.control.controller import Controller
+
+_lock = threading.Lock()
+_controller: Controller | None = None
+
+
+def kernel_id() -> str | None:
+    """The Jupyter kernel id of this process, if it is a kernel."""
+    try:
+        from ipykernel.connect import get_connection_file
+
+        name = os.path.basename(get_connection_file())
+    except Exception:
+        return None
+    if name.startswith("kernel-") and name.endswith(".json"):
+        return name[len("kernel-") : -len(".json")]
+    return None
+
+
+def owner_id() -> str:
+    """``host:pid:kernel id`` — what the sidebar maps back to a notebook."""
+    return f"{socket.gethostname()}:{os.getpid()}:{kernel_id() or '-'}"
+
+
+def get_controller(store: Any = None, **kwargs: Any) -> Controller:
+    """The kernel-wide controller, created on first use.
+
+    Store: the argument, else ``$CHONGMING_STORE`` (a path or a ``postgresql://`` URL),
+    else SQLite at ``<jupyter data dir>/chongming/tasks.db``.
+    """
+    global _controller
+    with _lock:
+        if _controller is None:
+            if store is None:
+                from chongming_nb.stores import default_store_path
+
+                store = default_store_path()
+            kwargs.setdefault("owner", owner_id())
+            _controller = Controller(store=store, **kwargs)
+        elif store is not None or kwargs:
+            raise RuntimeError(
+                "the kernel-wide controller already exists; create your own "
+                "cn.Controller(...) for a different configuration"
+            )
+        return _controller
+
+
+def _reset_for_tests() -> None:
+    global _controller
+    with _lock:
+        if _controller is not None:
+            _controller.close()
+        _controller = None

@@ -1,0 +1,210 @@
+"""``@task`` and the task registry.
+
+``@task`` only attaches a TaskSpec to the function and returns the same function: no
+global registry, no wrapper (so the function stays picklable by reference for the
+process and dask executors, and stays callable in tests).
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar, overload
+
+from chongming_nb.core.errors import ConfigurationError
+from chongming_nb.core.policies import RetryPolicy, Timeout
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+SPEC_ATTR = "__chongming_task__"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSpec:
+    name: str
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    timeout: Timeout = field(default_factory=Timeout)
+    tags: frozenset[str] = frozenset()
+    priority: int | None = None
+    executor: Any = None
+    compensate: Callable[..., Any] | None = None
+
+    def merged(self, **overrides: Any) -> TaskSpec:
+        return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def _validate(
+    name: str | None,
+    retry: RetryPolicy | int | None,
+    timeout: Timeout | float | None,
+    tags: Iterable[str] | None,
+    priority: int | None,
+    compensate: Callable[..., Any] | None,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if name is not None:
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigurationError(f"task name must be a non-empty string, got {name!r}")
+        out["name"] = name
+    if retry is not None:
+        if isinstance(retry, bool) or not isinstance(retry, RetryPolicy | int):
+            raise ConfigurationError(f"retry must be a RetryPolicy or an int, got {retry!r}")
+        out["retry"] = RetryPolicy(max_attempts=retry) if isinstance(retry, int) else retry
+    if timeout is not None:
+        if isinstance(timeout, int | float) and not isinstance(timeout, bool):
+            timeout = Timeout(per_attempt=float(timeout))
+        if not isinstance(timeout, Timeout):
+            raise ConfigurationError(f"timeout must be a Timeout or seconds, got {timeout!r}")
+        out["timeout"] = timeout
+    if tags is not None:
+        if isinstance(tags, str):
+            tags = {tags}
+        tag_set = frozenset(tags)
+        if not all(isinstance(t, str) and t for t in tag_set):
+            raise ConfigurationError(
+                f"tags must be non-empty strings, got {sorted(map(repr, tag_set))}"
+            )
+        out["tags"] = tag_set
+    if priority is not None:
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise ConfigurationError(f"priority must be an int, got {priority!r}")
+        out["priority"] = priority
+    if compensate is not None:
+        if not callable(compensate):
+            raise ConfigurationError(f"compensate must be callable, got {compensate!r}")
+        out["compensate"] = compensate
+    return out
+
+
+@overload
+def task(fn: F, /) -> F: ...
+
+
+@overload
+def task(
+    fn: None = None,
+    /,
+    *,
+    name: str | None = None,
+    retry: RetryPolicy | int | None = None,
+    timeout: Timeout | float | None = None,
+    tags: Iterable[str] | None = None,
+    priority: int | None = None,
+    executor: Any = None,
+    compensate: Callable[..., Any] | None = None,
+) -> Callable[[F], F]: ...
+
+
+def task(
+    fn: F | None = None,
+    /,
+    *,
+    name: str | None = None,
+    retry: RetryPolicy | int | None = None,
+    timeout: Timeout | float | None = None,
+    tags: Iterable[str] | None = None,
+    priority: int | None = None,
+    executor: Any = None,
+    compensate: Callable[..., Any] | None = None,
+) -> F | Callable[[F], F]:
+    """Declare a task: ``@task`` or ``@task(retry=..., timeout=..., tags=...)``."""
+    opts = _validate(name, retry, timeout, tags, priority, compensate)
+    if executor is not None:
+        opts["executor"] = executor
+
+    def decorate(f: F) -> F:
+        if not callable(f):
+            raise ConfigurationError(f"@task decorates a callable, got {f!r}")
+        spec = TaskSpec(name=opts.pop("name", None) or _default_name(f), **opts)
+        setattr(f, SPEC_ATTR, spec)
+        return f
+
+    return decorate(fn) if fn is not None else decorate
+
+
+def _default_name(fn: Callable[..., Any]) -> str:
+    return str(getattr(fn, "__name__", None) or type(fn).__name__)
+
+
+def spec_of(fn: Callable[..., Any]) -> TaskSpec:
+    spec = getattr(fn, SPEC_ATTR, None)
+    if isinstance(spec, TaskSpec):
+        return spec
+    return TaskSpec(name=_default_name(fn))
+
+
+_CTX_NAMES = ("ctx", "context")
+
+
+def wants_context(fn: Callable[..., Any]) -> bool:
+    """Does ``fn`` take the TaskContext as its first argument?
+
+    Yes when its first positional parameter is called ``ctx``/``context`` or is annotated
+    TaskContext. Other callables (``time.sleep``, ``pd.read_csv``) are called as they are;
+    they cannot checkpoint, so a stop can only abandon them.
+    """
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return False
+    params = [
+        p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if not params:
+        return False
+    first = params[0]
+    ann = first.annotation
+    ann_name = ann if isinstance(ann, str) else getattr(ann, "__name__", "")
+    return first.name in _CTX_NAMES or str(ann_name).endswith("TaskContext")
+
+
+def check_arguments(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], inject: bool
+) -> None:
+    """Bind the call now, so a wrong call fails at submit time and not in a thread."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        if inject:
+            sig.bind(None, *args, **kwargs)
+        else:
+            sig.bind(*args, **kwargs)
+    except TypeError as exc:
+        name = _default_name(fn)
+        raise ConfigurationError(
+            f"{name}{sig}: cannot be called with these arguments: {exc}"
+        ) from None
+
+
+class TaskRegistry:
+    """Task definitions by name. Only registered names can be started from outside the
+    kernel (e.g. requeued by ``reconcile``); the control plane never receives code."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, Callable[..., Any]] = {}
+        self._lock = threading.Lock()
+
+    def register(self, fn: Callable[..., Any], name: str | None = None) -> str:
+        key = name or spec_of(fn).name
+        with self._lock:
+            self._by_name[key] = fn
+        return key
+
+    def get(self, name: str) -> Callable[..., Any]:
+        with self._lock:
+            try:
+                return self._by_name[name]
+            except KeyError:
+                raise ConfigurationError(f"no task registered under the name {name!r}") from None
+
+    def __contains__(self, name: object) -> bool:
+        with self._lock:
+            return name in self._by_name
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return sorted(self._by_name)

@@ -1,0 +1,189 @@
+"""TaskContext: the one object injected into a task as its first argument.
+
+It is built by the executor for one attempt and never captured in a closure: a context
+held over from an earlier attempt would carry a token that nobody signals any more.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from itertools import count, islice
+from operator import itemgetter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from chongming_nb.runtime.cancellation import CancellationToken
+
+if TYPE_CHECKING:
+    from chongming_nb.runtime.executors.base import Reporter
+
+T = TypeVar("T")
+
+_TASK_LOGGER = logging.getLogger("chongming_nb.tasks")
+_TASK_LOGGER.setLevel(logging.INFO)
+_TASK_LOGGER.propagate = False
+_first = itemgetter(0)
+
+# track() sizes its batches so that one batch of the caller's loop takes roughly this
+# long: short enough that stop/pause land within ~20 ms, long enough that per-item
+# overhead is a C-level iterator step.
+_BATCH_TARGET_LOW = 0.002
+_BATCH_TARGET_HIGH = 0.008
+_MAX_BATCH = 1 << 20
+
+
+class _TaskLogAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]
+    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
+        extra = dict(self.extra or {})
+        extra.update(kwargs.pop("extra", {}) or {})
+        fields = {
+            k: v for k, v in kwargs.items() if k not in ("exc_info", "stack_info", "stacklevel")
+        }
+        for k in fields:
+            kwargs.pop(k)
+        if fields:
+            msg = f"{msg} " + " ".join(f"{k}={v!r}" for k, v in fields.items())
+        kwargs["extra"] = extra
+        return msg, kwargs
+
+
+class TaskContext:
+    """What a running task can see and do. See the user guide for the checkpoint rule:
+    long loops must call ``checkpoint()`` (or iterate with ``track``), or stop and pause
+    cannot reach them."""
+
+    __slots__ = (
+        "_artifacts",
+        "_artifacts_root",
+        "_reporter",
+        "attempt",
+        "checkpoint",
+        "deadline",
+        "log",
+        "name",
+        "pipeline_run_id",
+        "task_id",
+        "token",
+    )
+
+    def __init__(
+        self,
+        *,
+        task_id: str,
+        name: str,
+        attempt: int,
+        token: CancellationToken,
+        reporter: Reporter,
+        pipeline_run_id: str | None = None,
+        deadline: datetime | None = None,
+        artifacts_root: Path | None = None,
+    ) -> None:
+        self.task_id = task_id
+        self.name = name
+        self.attempt = attempt
+        self.pipeline_run_id = pipeline_run_id
+        self.deadline = deadline
+        self.token = token
+        self._reporter = reporter
+        self._artifacts_root = artifacts_root
+        self._artifacts: Path | None = None
+        #: Cooperative stop/pause point: returns at once, raises TaskCancelled on a stop
+        #: request, blocks while paused. Bound straight to the token: one attribute check.
+        self.checkpoint = token.checkpoint
+        self.log = _TaskLogAdapter(
+            _TASK_LOGGER, {"task_id": task_id, "task_name": name, "attempt": attempt}
+        )
+
+    async def acheckpoint(self) -> None:
+        await self.token.acheckpoint()
+
+    def progress(
+        self,
+        done: float | None = None,
+        total: float | None = None,
+        unit: str | None = None,
+        message: str | None = None,
+    ) -> None:
+        """Report progress. Any argument left out keeps its previous value. The task's
+        snapshot always shows the latest value; events are throttled by the controller."""
+        self.token.beats += 1
+        self._reporter.progress(done, total, unit, message)
+
+    def track(
+        self,
+        iterable: Iterable[T],
+        total: float | None = None,
+        unit: str | None = None,
+        message: str | None = None,
+    ) -> Iterator[T]:
+        """Iterate with a checkpoint and a progress report between batches of items.
+
+        Like tqdm's loop wrapper, but controllable. Batches adapt so that a batch of the
+        caller's loop takes a few milliseconds: stop and pause land within ~20 ms while
+        the per-item cost stays a C-level iterator step.
+        """
+        if total is None:
+            try:
+                total = len(iterable)  # type: ignore[arg-type]
+            except TypeError:
+                total = None
+        reporter = self._reporter
+        token = self.token
+        from time import perf_counter
+
+        reporter.progress(0, total, unit, message)
+        it = iter(iterable)
+        done = 0
+        batch = 1
+        while True:
+            token.checkpoint()
+            t0 = perf_counter()
+            counter = count(done)
+            yield from map(_first, zip(islice(it, batch), counter, strict=False))
+            produced = next(counter)
+            dt = perf_counter() - t0
+            exhausted = produced - done < batch
+            done = produced
+            reporter.progress(done, None, None, None)
+            if exhausted:
+                break
+            if dt < _BATCH_TARGET_LOW and batch < _MAX_BATCH:
+                batch *= 2
+            elif dt > _BATCH_TARGET_HIGH and batch > 1:
+                batch = max(1, batch // 2)
+        token.checkpoint()
+
+    def emit(self, kind: str, payload: Any = None) -> None:
+        """Publish a custom event (TaskOutput) on the controller's bus."""
+        if not isinstance(kind, str) or not kind:
+            raise ValueError("emit(kind, payload) needs a non-empty string kind")
+        self._reporter.emit(kind, payload)
+
+    def upstream(self, key: Any) -> Any:
+        """The result of a dependency, by handle, task id, node or name."""
+        return self._reporter.upstream(key)
+
+    @property
+    def artifacts(self) -> Path:
+        """A directory for this attempt's files (created on first use); attempts never
+        share one, so a retry cannot trip over half-written files."""
+        if self._artifacts is None:
+            if self._artifacts_root is None:
+                import tempfile
+
+                root = Path(tempfile.gettempdir()) / "chongming-artifacts"
+            else:
+                root = self._artifacts_root
+            path = root / self.task_id / f"attempt-{self.attempt}"
+            path.mkdir(parents=True, exist_ok=True)
+            self._artifacts = path
+        return self._artifacts
+
+    @property
+    def stop_requested(self) -> bool:
+        return self.token.stop_requested
+
+    def __repr__(self) -> str:
+        return f"<TaskContext {self.name} id={self.task_id} attempt={self.attempt}>"

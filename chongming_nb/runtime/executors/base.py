@@ -1,0 +1,156 @@
+"""The executor protocol: how the controller hands one attempt to something that runs it.
+
+A request carries ``(target, args, kwargs)`` plus identity; the executor builds the
+TaskContext and injects it as the first argument. It reports back through a Reporter
+(from any thread) and returns an ExecutionHandle the controller uses to signal stop and
+pause and to settle a stop that was not honoured in time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import traceback as tb
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from chongming_nb.core.errors import TaskCancelled
+from chongming_nb.runtime.cancellation import CancellationToken
+from chongming_nb.runtime.context import TaskContext
+from chongming_nb.runtime.output import capture
+
+
+class Reporter(Protocol):
+    """The controller's ear for one attempt. Every method may be called from any thread."""
+
+    def started(self, pid: int | None = None) -> None: ...
+
+    def progress(
+        self, done: float | None, total: float | None, unit: str | None, message: str | None
+    ) -> None: ...
+
+    def emit(self, kind: str, payload: Any) -> None: ...
+
+    def log(self, stream: str, line: str, level: str | None) -> None: ...
+
+    def pause_reached(self) -> bool: ...
+
+    def resumed(self) -> None: ...
+
+    def heartbeat(self) -> None: ...
+
+    def upstream(self, key: Any) -> Any: ...
+
+    def finished(self, outcome: Outcome) -> None: ...
+
+
+OutcomeKind = Literal["succeeded", "failed", "cancelled", "crashed"]
+
+
+@dataclass(slots=True)
+class Outcome:
+    """How an attempt ended, as seen by the executor."""
+
+    kind: OutcomeKind
+    value: Any = None
+    exception: BaseException | None = None
+    traceback: str | None = None
+    message: str | None = None
+    exit_code: int | None = None
+    exception_type: str | None = None
+
+
+@dataclass(slots=True)
+class ExecutionRequest:
+    task_id: str
+    name: str
+    attempt: int
+    target: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    inject_context: bool = True
+    pipeline_run_id: str | None = None
+    deadline: datetime | None = None
+    artifacts_root: Path | None = None
+
+
+StopVerdict = Literal["abandoned", "killed", "gone"]
+
+
+class ExecutionHandle(Protocol):
+    """Control over one running attempt."""
+
+    token: CancellationToken
+
+    @property
+    def running(self) -> bool:
+        """True while the carrier still executes the attempt (even if abandoned)."""
+        ...
+
+    @property
+    def pid(self) -> int | None: ...
+
+    @property
+    def supports_pause(self) -> bool: ...
+
+    def request_stop(self, reason: str | None = None) -> None: ...
+
+    def request_pause(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+    def on_stop_timeout(self) -> StopVerdict:
+        """The grace window ran out: abandon (threads) or kill (processes), honestly."""
+        ...
+
+
+class Executor(Protocol):
+    name: str
+
+    def launch(self, request: ExecutionRequest, reporter: Reporter) -> ExecutionHandle: ...
+
+    def shutdown(self) -> None: ...
+
+
+def run_attempt(request: ExecutionRequest, token: CancellationToken, reporter: Reporter) -> Outcome:
+    """Run one attempt in the current thread and describe how it ended.
+
+    ``async def`` targets run to completion on this thread's own event loop. Output and
+    log lines written by this thread go to the task's log while it runs.
+    """
+    token.on_pause_reached = reporter.pause_reached
+    token.on_resumed = reporter.resumed
+    ctx = TaskContext(
+        task_id=request.task_id,
+        name=request.name,
+        attempt=request.attempt,
+        token=token,
+        reporter=reporter,
+        pipeline_run_id=request.pipeline_run_id,
+        deadline=request.deadline,
+        artifacts_root=request.artifacts_root,
+    )
+    reporter.started()
+    try:
+        with capture(reporter.log):
+            token.checkpoint()  # a stop that arrived while starting lands here
+            if request.inject_context:
+                value = request.target(ctx, *request.args, **request.kwargs)
+            else:
+                value = request.target(*request.args, **request.kwargs)
+            if inspect.iscoroutine(value):
+                value = asyncio.run(value)
+        return Outcome("succeeded", value=value)
+    except TaskCancelled as exc:
+        return Outcome("cancelled", message=str(exc) or "stopped", exception_type="TaskCancelled")
+    except BaseException as exc:  # user code: keep everything, including the traceback
+        return Outcome(
+            "failed",
+            exception=exc,
+            traceback="".join(tb.format_exception(exc)),
+            message=f"{type(exc).__name__}: {exc}",
+            exception_type=f"{type(exc).__module__}.{type(exc).__qualname__}",
+        )

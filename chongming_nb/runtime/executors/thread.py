@@ -1,0 +1,143 @@
+"""ThreadExecutor: each attempt on a daemon thread.
+
+Daemon threads, because an uncooperative task must never block interpreter exit (so no
+ThreadPoolExecutor, whose workers are joined at exit). Idle workers are reused; a worker
+whose attempt was abandoned is never reused — it finishes (or not) on its own and exits.
+
+Honesty rule: a thread cannot be killed. When the stop window runs out the attempt is
+*abandoned*: the controller records LOST and ``running`` keeps saying True for as long
+as the thread really runs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+
+from chongming_nb.runtime.cancellation import CancellationToken
+from chongming_nb.runtime.executors.base import (
+    ExecutionRequest,
+    Reporter,
+    StopVerdict,
+    run_attempt,
+)
+
+_IDLE_SECONDS = 30.0
+_names = itertools.count(1)
+
+
+class ThreadHandle:
+    __slots__ = ("_done", "abandoned", "token", "worker")
+
+    def __init__(self, token: CancellationToken) -> None:
+        self.token = token
+        self._done = threading.Event()
+        self.abandoned = False
+        self.worker: _Worker | None = None
+
+    @property
+    def running(self) -> bool:
+        return not self._done.is_set()
+
+    @property
+    def pid(self) -> int | None:
+        return None
+
+    @property
+    def supports_pause(self) -> bool:
+        return True
+
+    def request_stop(self, reason: str | None = None) -> None:
+        self.token.request_stop(reason)
+
+    def request_pause(self) -> None:
+        self.token.request_pause()
+
+    def resume(self) -> None:
+        self.token.resume()
+
+    def on_stop_timeout(self) -> StopVerdict:
+        if not self.running:
+            return "gone"
+        self.abandoned = True
+        if self.worker is not None:
+            self.worker.abandoned = True
+        return "abandoned"
+
+    def join(self, timeout: float | None = None) -> bool:
+        return self._done.wait(timeout)
+
+
+class _Worker:
+    def __init__(self, pool: ThreadExecutor) -> None:
+        self.pool = pool
+        self.jobs: queue.SimpleQueue[tuple[ThreadHandle, ExecutionRequest, Reporter] | None] = (
+            queue.SimpleQueue()
+        )
+        self.abandoned = False
+        self.thread = threading.Thread(
+            target=self._loop, name=f"chongming-task-{next(_names)}", daemon=True
+        )
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                job = self.jobs.get(timeout=_IDLE_SECONDS)
+            except queue.Empty:
+                if self.pool._retire(self):
+                    return
+                continue
+            if job is None:
+                return
+            handle, request, reporter = job
+            outcome = run_attempt(request, handle.token, reporter)
+            handle._done.set()
+            reporter.finished(outcome)
+            if self.abandoned or not self.pool._park(self):
+                return
+
+
+class ThreadExecutor:
+    """Runs attempts on reusable daemon threads. Concurrency limits live in the
+    scheduler, not here: this executor never queues."""
+
+    name = "thread"
+
+    def __init__(self, max_idle: int = 8) -> None:
+        self._idle: list[_Worker] = []
+        self._lock = threading.Lock()
+        self._max_idle = max_idle
+        self._closed = False
+
+    def launch(self, request: ExecutionRequest, reporter: Reporter) -> ThreadHandle:
+        handle = ThreadHandle(CancellationToken())
+        with self._lock:
+            worker = self._idle.pop() if self._idle else None
+        if worker is None:
+            worker = _Worker(self)
+            worker.thread.start()
+        handle.worker = worker
+        worker.jobs.put((handle, request, reporter))
+        return handle
+
+    def _park(self, worker: _Worker) -> bool:
+        with self._lock:
+            if self._closed or len(self._idle) >= self._max_idle:
+                return False
+            self._idle.append(worker)
+            return True
+
+    def _retire(self, worker: _Worker) -> bool:
+        with self._lock:
+            if worker in self._idle:
+                self._idle.remove(worker)
+                return True
+            return False  # a job is on its way
+
+    def shutdown(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for w in idle:
+            w.jobs.put(None)
