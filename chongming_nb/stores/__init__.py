@@ -1,5 +1,20 @@
-"""Durable stores behind one protocol (seed 001 §5.6): memory, SQLite, PostgreSQL."""
+"""Durable stores behind one protocol (seed 001 §5.6): memory, SQLite, PostgreSQL.
 
+``open_store(target)`` picks the backend from a URL or path:
+
+* ``"memory:"`` -> ``InMemoryStore``
+* ``"sqlite:///abs/path.db"``, ``"sqlite:relative.db"`` or a plain path -> ``SqliteStore``
+* ``"postgresql://..."`` / ``"postgres://..."`` -> ``PostgresStore`` (a ``schema=NAME``
+  query parameter selects the PostgreSQL schema; default ``chongming``)
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from chongming_nb.core.errors import StoreError
+from chongming_nb.stores.memory import InMemoryStore
 from chongming_nb.stores.protocol import (
     SCHEMA_VERSION,
     EventRecord,
@@ -10,14 +25,78 @@ from chongming_nb.stores.protocol import (
     TaskStore,
     Touch,
 )
+from chongming_nb.stores.sqlite import SqliteStore
+
+if TYPE_CHECKING:
+    from chongming_nb.stores.postgres import PostgresStore
 
 __all__ = [
     "SCHEMA_VERSION",
     "EventRecord",
+    "InMemoryStore",
     "LogRecord",
     "OwnerRecord",
+    "PostgresStore",
     "RunRecord",
+    "SqliteStore",
     "TaskQuery",
     "TaskStore",
     "Touch",
+    "default_store_path",
+    "open_store",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # PostgresStore imports psycopg lazily: it is an optional dependency.
+    if name == "PostgresStore":
+        from chongming_nb.stores.postgres import PostgresStore
+
+        return PostgresStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def default_store_path() -> str:
+    """``$CHONGMING_STORE`` if set, else ``<jupyter data dir>/chongming/tasks.db``."""
+    env = os.environ.get("CHONGMING_STORE")
+    if env:
+        return env
+    from jupyter_core.paths import jupyter_data_dir
+
+    return os.path.join(jupyter_data_dir(), "chongming", "tasks.db")
+
+
+def open_store(target: str | os.PathLike[str] | None = None) -> TaskStore:
+    """Open the store at ``target`` (see the module docstring); None means the default
+    (``$CHONGMING_STORE`` or the Jupyter data dir)."""
+    raw = default_store_path() if target is None else os.fspath(target)
+    if not isinstance(raw, str) or not raw.strip():
+        raise StoreError(f"store location must be a non-empty path or URL, got {target!r}")
+    text = raw.strip()
+    lower = text.lower()
+    if lower in ("memory:", "memory://", ":memory:"):
+        return InMemoryStore()
+    if lower.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+        from chongming_nb.stores.postgres import PostgresStore
+
+        return PostgresStore(text)
+    if lower.startswith("sqlite:"):
+        rest = text[len("sqlite:") :]
+        if rest.startswith("///"):
+            path = rest[2:]  # sqlite:////abs -> //abs is fine; sqlite:///abs -> /abs
+        elif rest.startswith("//"):
+            raise StoreError(
+                f"store URL {text!r}: use sqlite:///absolute/path or sqlite:relative/path"
+            )
+        else:
+            path = rest
+        if not path:
+            raise StoreError(f"store URL {text!r} names no file")
+        return SqliteStore(path)
+    if "://" in text:
+        scheme = text.split("://", 1)[0]
+        raise StoreError(
+            f"unknown store scheme {scheme!r} in {text!r}; "
+            "use memory:, sqlite:///path, a path, or postgresql://..."
+        )
+    return SqliteStore(text)

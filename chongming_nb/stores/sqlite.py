@@ -1,0 +1,789 @@
+"""The SQLite store: the embedded default, safe from many threads and several processes.
+
+* stdlib ``sqlite3`` in WAL mode with ``synchronous=NORMAL`` (a commit survives a
+  process crash; a power cut may lose the last few commits, never corrupts);
+* one connection per store instance guarded by a lock (per process: a forked child
+  opens its own connection on first use); ``busy_timeout`` makes writers from other
+  processes wait instead of failing;
+* ``BEGIN IMMEDIATE`` for every write transaction, so claims and batches take the
+  write lock up front and two processes never claim the same command;
+* a ``chongming_schema`` table records the schema version; older files are migrated
+  in place, a newer one is refused;
+* a new file is created with mode 0600 (the -wal and -shm files inherit it).
+
+Failures name the path: a file that is not a SQLite database (or is corrupt), a
+directory that cannot be created or written, a database written by a newer release,
+or a SQLite file that belongs to something else raise ``StoreError`` and nothing in
+the file is changed.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from chongming_nb.core.errors import ConcurrencyConflict, StoreError
+from chongming_nb.core.models import (
+    AttemptRecord,
+    Command,
+    CommandState,
+    Progress,
+    TaskSnapshot,
+    Transition,
+)
+from chongming_nb.core.states import TERMINAL, TaskStatus
+from chongming_nb.stores import _codec as codec
+from chongming_nb.stores._sql import SQLITE, task_order, task_where
+from chongming_nb.stores.protocol import (
+    SCHEMA_VERSION,
+    EventRecord,
+    LogRecord,
+    OwnerRecord,
+    RunRecord,
+    SaveItem,
+    TaskQuery,
+    Touch,
+)
+
+__all__ = ["MIGRATIONS", "SqliteStore"]
+
+_HEADER = b"SQLite format 3\x00"
+
+#: Schema migrations: target version -> statements that bring version-1 up to it.
+MIGRATIONS: dict[int, list[str]] = {
+    1: [
+        "CREATE TABLE chongming_schema (version INTEGER NOT NULL)",
+        """CREATE TABLE tasks (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            task_id TEXT NOT NULL UNIQUE,
+            name TEXT NOT NULL,
+            pipeline_run_id TEXT,
+            tags TEXT NOT NULL,
+            status TEXT NOT NULL,
+            status_version INTEGER NOT NULL,
+            requested_action TEXT,
+            attempt INTEGER NOT NULL,
+            max_attempts INTEGER NOT NULL,
+            created_at TEXT,
+            queued_at TEXT,
+            started_at TEXT,
+            ended_at TEXT,
+            last_heartbeat_at TEXT,
+            retry_at TEXT,
+            progress TEXT,
+            failure TEXT,
+            outcome TEXT,
+            executor TEXT,
+            pid INTEGER,
+            priority INTEGER NOT NULL,
+            deps TEXT NOT NULL,
+            idempotency_key TEXT,
+            bucket INTEGER,
+            bucket_key TEXT,
+            lease_owner TEXT,
+            lease_until TEXT,
+            overridden INTEGER NOT NULL
+        )""",
+        "CREATE INDEX tasks_status ON tasks(status)",
+        "CREATE INDEX tasks_run ON tasks(pipeline_run_id)",
+        "CREATE INDEX tasks_created ON tasks(created_at, seq)",
+        "CREATE INDEX tasks_bucket ON tasks(bucket)",
+        "CREATE INDEX tasks_owner ON tasks(lease_owner)",
+        """CREATE TABLE transitions (
+            task_id TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            from_status TEXT NOT NULL,
+            to_status TEXT NOT NULL,
+            trigger TEXT NOT NULL,
+            actor TEXT NOT NULL,
+            reason TEXT,
+            at TEXT NOT NULL,
+            override INTEGER NOT NULL,
+            PRIMARY KEY (task_id, version)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE attempts (
+            task_id TEXT NOT NULL,
+            attempt INTEGER NOT NULL,
+            started_at TEXT NOT NULL,
+            ended_at TEXT,
+            outcome TEXT,
+            failure_kind TEXT,
+            failure_message TEXT,
+            traceback TEXT,
+            executor TEXT,
+            abandoned INTEGER NOT NULL,
+            exit_code INTEGER,
+            PRIMARY KEY (task_id, attempt)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE logs (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            task_id TEXT NOT NULL,
+            at TEXT NOT NULL,
+            stream TEXT NOT NULL,
+            line TEXT NOT NULL,
+            level TEXT
+        )""",
+        "CREATE INDEX logs_task ON logs(task_id, at, seq)",
+        """CREATE TABLE events (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            event_id TEXT NOT NULL UNIQUE,
+            task_id TEXT,
+            at TEXT NOT NULL,
+            type TEXT NOT NULL,
+            payload TEXT NOT NULL
+        )""",
+        "CREATE INDEX events_task ON events(task_id, at, seq)",
+        "CREATE INDEX events_at ON events(at, seq)",
+        """CREATE TABLE commands (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            command_id TEXT NOT NULL UNIQUE,
+            task_id TEXT NOT NULL,
+            verb TEXT NOT NULL,
+            args TEXT NOT NULL,
+            actor TEXT NOT NULL,
+            created_at TEXT,
+            state TEXT NOT NULL,
+            claimed_by TEXT,
+            lease_until TEXT,
+            completed_at TEXT,
+            outcome TEXT
+        )""",
+        "CREATE INDEX commands_state ON commands(state, seq)",
+        "CREATE INDEX commands_task ON commands(task_id, seq)",
+        """CREATE TABLE owners (
+            owner_id TEXT PRIMARY KEY,
+            host TEXT NOT NULL,
+            pid INTEGER NOT NULL,
+            kernel_id TEXT,
+            started_at TEXT NOT NULL,
+            heartbeat_at TEXT NOT NULL
+        )""",
+        """CREATE TABLE runs (
+            run_id TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            status TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            spec TEXT NOT NULL
+        )""",
+        "CREATE INDEX runs_created ON runs(created_at)",
+    ],
+}
+
+_TASK_TIMES = codec.TASK_TIME_COLUMNS
+_INSERT_TASK = (
+    f"INSERT INTO tasks ({', '.join(codec.TASK_COLUMNS)}) "
+    f"VALUES ({', '.join('?' for _ in codec.TASK_COLUMNS)})"
+)
+_UPDATE_COLS = [c for c in codec.TASK_COLUMNS if c != "task_id"]
+_UPDATE_TASK = (
+    f"UPDATE tasks SET {', '.join(f'{c} = ?' for c in _UPDATE_COLS)} "
+    "WHERE task_id = ? AND status_version = ?"
+)
+_SELECT_TASK = f"SELECT {', '.join(codec.TASK_COLUMNS)} FROM tasks"
+_INSERT_TRANSITION = (
+    f"INSERT OR IGNORE INTO transitions ({', '.join(codec.TRANSITION_COLUMNS)}) "
+    f"VALUES ({', '.join('?' for _ in codec.TRANSITION_COLUMNS)})"
+)
+_UPSERT_ATTEMPT = (
+    f"INSERT OR REPLACE INTO attempts ({', '.join(codec.ATTEMPT_COLUMNS)}) "
+    f"VALUES ({', '.join('?' for _ in codec.ATTEMPT_COLUMNS)})"
+)
+_INSERT_EVENT = (
+    f"INSERT OR IGNORE INTO events ({', '.join(codec.EVENT_COLUMNS)}) "
+    f"VALUES ({', '.join('?' for _ in codec.EVENT_COLUMNS)})"
+)
+_TOUCH = (
+    "UPDATE tasks SET progress = COALESCE(?, progress), "
+    "last_heartbeat_at = COALESCE(?, last_heartbeat_at), "
+    "lease_owner = COALESCE(?, lease_owner), lease_until = COALESCE(?, lease_until), "
+    "pid = COALESCE(?, pid) WHERE task_id = ?"
+)
+_COMMAND_COLS = ", ".join(codec.COMMAND_COLUMNS)
+_TERMINAL_VALUES = sorted(s.value for s in TERMINAL)
+
+
+def _row(cursor: sqlite3.Cursor, values: tuple[Any, ...]) -> dict[str, Any]:
+    return {d[0]: v for d, v in zip(cursor.description, values, strict=True)}
+
+
+def _t(value: datetime | None) -> str | None:
+    return codec.dt_to_text(value)
+
+
+class SqliteStore:
+    """A ``TaskStore`` in one SQLite file. ``path`` may be ``~``-relative."""
+
+    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0) -> None:
+        self._path = Path(path).expanduser().absolute()
+        self._timeout = timeout
+        self._lock = threading.RLock()
+        self._closed = False
+        self._schema = 0
+        self._prepare_file()
+        self._pid = os.getpid()
+        self._conn = self._connect()
+        try:
+            self._migrate()
+        except BaseException:
+            self._conn.close()
+            raise
+
+    # ------------------------------------------------------------ opening
+    def _fail(self, what: str, exc: BaseException | None = None) -> StoreError:
+        detail = f": {exc}" if exc is not None else ""
+        return StoreError(f"sqlite store {self._path}: {what}{detail}")
+
+    def _prepare_file(self) -> None:
+        path = self._path
+        parent = path.parent
+        if path.is_dir():
+            raise self._fail("is a directory, not a database file")
+        if not parent.exists():
+            try:
+                parent.mkdir(parents=True, mode=0o700, exist_ok=True)
+            except OSError as exc:
+                raise self._fail(f"cannot create directory {parent}", exc) from exc
+        if not parent.is_dir():
+            raise self._fail(f"{parent} is not a directory")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise self._fail(f"directory {parent} is not writable")
+        if path.exists():
+            try:
+                with path.open("rb") as fh:
+                    header = fh.read(len(_HEADER))
+            except OSError as exc:
+                raise self._fail("cannot read the file", exc) from exc
+            if header and header != _HEADER:
+                raise self._fail("is not a SQLite database (corrupt or foreign file); left as is")
+            return
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        except FileExistsError:
+            return
+        except OSError as exc:
+            raise self._fail("cannot create the file", exc) from exc
+        os.close(fd)
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                str(self._path),
+                timeout=self._timeout,
+                isolation_level=None,
+                check_same_thread=False,
+                cached_statements=256,
+            )
+        except sqlite3.Error as exc:
+            raise self._fail("cannot open", exc) from exc
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            if mode is None or str(mode[0]).lower() != "wal":
+                raise self._fail(f"could not switch to WAL (journal_mode={mode})")
+            conn.execute("PRAGMA synchronous = NORMAL")
+        except sqlite3.Error as exc:
+            conn.close()
+            raise self._fail("cannot open (corrupt?)", exc) from exc
+        except StoreError:
+            conn.close()
+            raise
+        return conn
+
+    def _migrate(self) -> None:
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                tables = {
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT name FROM sqlite_master WHERE type = 'table' "
+                        "AND name NOT LIKE 'sqlite_%'"
+                    )
+                }
+                if "chongming_schema" in tables:
+                    row = conn.execute("SELECT MAX(version) FROM chongming_schema").fetchone()
+                    version = int(row[0]) if row and row[0] is not None else 0
+                elif tables:
+                    raise self._fail(
+                        "is a SQLite database of something else (tables: "
+                        + ", ".join(sorted(tables))
+                        + "); refusing to touch it"
+                    )
+                else:
+                    version = 0
+                if version > SCHEMA_VERSION:
+                    raise self._fail(
+                        f"has schema version {version}, newer than this release supports "
+                        f"({SCHEMA_VERSION}); upgrade chongming_nb"
+                    )
+                for target in range(version + 1, SCHEMA_VERSION + 1):
+                    for stmt in MIGRATIONS[target]:
+                        conn.execute(stmt)
+                    conn.execute("DELETE FROM chongming_schema")
+                    conn.execute("INSERT INTO chongming_schema (version) VALUES (?)", (target,))
+                    version = target
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise self._fail("cannot read or migrate the schema (corrupt?)", exc) from exc
+        self._schema = version
+
+    # ------------------------------------------------------------ plumbing
+    @property
+    def url(self) -> str:
+        return f"sqlite:///{self._path}"
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def schema_version(self) -> int:
+        return self._schema
+
+    def __repr__(self) -> str:
+        return f"SqliteStore({str(self._path)!r})"
+
+    def _db(self) -> sqlite3.Connection:
+        if self._closed:
+            raise self._fail("is closed")
+        if os.getpid() != self._pid:
+            # forked: never share a connection across processes
+            self._pid = os.getpid()
+            self._conn = self._connect()
+        return self._conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            conn = self._db()
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise self._fail("cannot begin a write", exc) from exc
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                if conn.in_transaction:
+                    with suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error):
+                    raise self._fail("write failed", exc) from exc
+                raise
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            conn = self._db()
+            try:
+                yield conn
+            except sqlite3.Error as exc:
+                raise self._fail("read failed", exc) from exc
+
+    # ------------------------------------------------------------ snapshots
+    @staticmethod
+    def _task_values(s: TaskSnapshot) -> dict[str, Any]:
+        return codec.times_to_text(codec.snapshot_to_row(s), _TASK_TIMES)
+
+    def create(self, snapshot: TaskSnapshot) -> None:
+        self.save_many([(snapshot, None)])
+
+    def save(self, snapshot: TaskSnapshot, *, expect_version: int) -> None:
+        self.save_many([(snapshot, expect_version)])
+
+    def save_many(
+        self,
+        items: Sequence[SaveItem],
+        transitions: Sequence[Transition] = (),
+        *,
+        attempts: Sequence[AttemptRecord] = (),
+        events: Sequence[EventRecord] = (),
+    ) -> None:
+        rows = [(self._task_values(s), expect) for s, expect in items]
+        trows = [
+            tuple(_t(v) if k == "at" else v for k, v in codec.transition_to_row(t).items())
+            for t in transitions
+        ]
+        arows = [
+            tuple(codec.times_to_text(codec.attempt_to_row(a), ("started_at", "ended_at")).values())
+            for a in attempts
+        ]
+        erows = [
+            tuple(codec.times_to_text(codec.event_to_row(e), ("at",)).values()) for e in events
+        ]
+        with self._write() as conn:
+            for row, expect in rows:
+                if expect is None:
+                    try:
+                        conn.execute(_INSERT_TASK, tuple(row[c] for c in codec.TASK_COLUMNS))
+                    except sqlite3.IntegrityError as exc:
+                        raise StoreError(
+                            f"task {row['task_id']} already exists in {self.url}"
+                        ) from exc
+                    continue
+                cur = conn.execute(
+                    _UPDATE_TASK,
+                    (*(row[c] for c in _UPDATE_COLS), row["task_id"], expect),
+                )
+                if cur.rowcount != 1:
+                    found = conn.execute(
+                        "SELECT status_version FROM tasks WHERE task_id = ?", (row["task_id"],)
+                    ).fetchone()
+                    raise ConcurrencyConflict(
+                        row["task_id"], expect, None if found is None else int(found[0])
+                    )
+            if trows:
+                conn.executemany(_INSERT_TRANSITION, trows)
+            if arows:
+                conn.executemany(_UPSERT_ATTEMPT, arows)
+            if erows:
+                conn.executemany(_INSERT_EVENT, erows)
+
+    def get(self, task_id: str) -> TaskSnapshot | None:
+        with self._read() as conn:
+            cur = conn.execute(f"{_SELECT_TASK} WHERE task_id = ?", (task_id,))
+            values = cur.fetchone()
+            return None if values is None else codec.row_to_snapshot(_row(cur, values))
+
+    def query(self, query: TaskQuery | None = None) -> list[TaskSnapshot]:
+        q = query or TaskQuery()
+        where, params = task_where(q, SQLITE)
+        sql = f"{_SELECT_TASK} {where} {task_order(q.order)}"
+        if q.limit is not None:
+            sql += " LIMIT ?"
+            params.append(q.limit)
+        with self._read() as conn:
+            cur = conn.execute(sql, params)
+            return [codec.row_to_snapshot(_row(cur, v)) for v in cur.fetchall()]
+
+    def counts(self, query: TaskQuery | None = None) -> dict[TaskStatus, int]:
+        where, params = task_where(query or TaskQuery(), SQLITE)
+        out = dict.fromkeys(TaskStatus, 0)
+        with self._read() as conn:
+            for status, n in conn.execute(
+                f"SELECT status, COUNT(*) FROM tasks {where} GROUP BY status", params
+            ):
+                out[TaskStatus(status)] = int(n)
+        return out
+
+    # -------------------------------------------------------------- history
+    def append(self, transition: Transition) -> None:
+        self.save_many([], [transition])
+
+    def history(self, task_id: str, *, since_version: int = 0) -> list[Transition]:
+        cols = ", ".join(codec.TRANSITION_COLUMNS)
+        with self._read() as conn:
+            cur = conn.execute(
+                f"SELECT {cols} FROM transitions WHERE task_id = ? AND version > ? "
+                "ORDER BY version",
+                (task_id, since_version),
+            )
+            return [codec.row_to_transition(_row(cur, v)) for v in cur.fetchall()]
+
+    def save_attempt(self, attempt: AttemptRecord) -> None:
+        self.save_many([], attempts=[attempt])
+
+    def attempts(self, task_id: str) -> list[AttemptRecord]:
+        cols = ", ".join(codec.ATTEMPT_COLUMNS)
+        with self._read() as conn:
+            cur = conn.execute(
+                f"SELECT {cols} FROM attempts WHERE task_id = ? ORDER BY attempt", (task_id,)
+            )
+            return [codec.row_to_attempt(_row(cur, v)) for v in cur.fetchall()]
+
+    def clear_attempts(self, task_id: str) -> int:
+        with self._write() as conn:
+            return conn.execute("DELETE FROM attempts WHERE task_id = ?", (task_id,)).rowcount
+
+    def append_logs(self, task_id: str, lines: Sequence[LogRecord]) -> None:
+        rows = [
+            tuple(codec.times_to_text(codec.log_to_row(task_id, rec), ("at",)).values())
+            for rec in lines
+        ]
+        if not rows:
+            return
+        with self._write() as conn:
+            conn.executemany(
+                "INSERT INTO logs (task_id, at, stream, line, level) VALUES (?, ?, ?, ?, ?)",
+                rows,
+            )
+
+    def logs(
+        self, task_id: str, *, limit: int | None = None, since: datetime | None = None
+    ) -> list[LogRecord]:
+        sql = "SELECT at, stream, line, level FROM logs WHERE task_id = ?"
+        params: list[Any] = [task_id]
+        if since is not None:
+            sql += " AND at > ?"
+            params.append(_t(codec.utc(since, "since")))
+        sql += " ORDER BY at DESC, seq DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(max(0, limit))
+        with self._read() as conn:
+            cur = conn.execute(sql, params)
+            rows = [codec.row_to_log(_row(cur, v)) for v in cur.fetchall()]
+        rows.reverse()
+        return rows
+
+    def append_events(self, events: Sequence[EventRecord]) -> None:
+        self.save_many([], events=events)
+
+    def events(
+        self,
+        task_id: str | None = None,
+        *,
+        since: datetime | None = None,
+        types: frozenset[str] | None = None,
+        limit: int | None = None,
+    ) -> list[EventRecord]:
+        parts: list[str] = []
+        params: list[Any] = []
+        if task_id is not None:
+            parts.append("task_id = ?")
+            params.append(task_id)
+        if since is not None:
+            parts.append("at > ?")
+            params.append(_t(codec.utc(since, "since")))
+        if types is not None:
+            sql, p = SQLITE.in_list("type", sorted(types))
+            parts.append(sql)
+            params += p
+        where = ("WHERE " + " AND ".join(parts)) if parts else ""
+        sql = (
+            f"SELECT {', '.join(codec.EVENT_COLUMNS)} FROM events {where} "
+            "ORDER BY at DESC, seq DESC"
+        )
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(max(0, limit))
+        with self._read() as conn:
+            cur = conn.execute(sql, params)
+            rows = [codec.row_to_event(_row(cur, v)) for v in cur.fetchall()]
+        rows.reverse()
+        return rows
+
+    # --------------------------------------------------------- side channel
+    def touch(
+        self,
+        task_id: str,
+        *,
+        progress: Progress | None = None,
+        heartbeat_at: datetime | None = None,
+        lease_owner: str | None = None,
+        lease_until: datetime | None = None,
+        pid: int | None = None,
+    ) -> None:
+        self.touch_many(
+            [
+                Touch(
+                    task_id,
+                    progress=progress,
+                    heartbeat_at=heartbeat_at,
+                    lease_owner=lease_owner,
+                    lease_until=lease_until,
+                    pid=pid,
+                )
+            ]
+        )
+
+    def touch_many(self, touches: Sequence[Touch]) -> None:
+        rows = []
+        for t in touches:
+            if t.progress is not None:
+                codec.utc(t.progress.updated_at, f"task {t.task_id}: progress.updated_at")
+            rows.append(
+                (
+                    codec.progress_to_json(t.progress),
+                    _t(codec.utc(t.heartbeat_at, f"task {t.task_id}: heartbeat_at")),
+                    t.lease_owner,
+                    _t(codec.utc(t.lease_until, f"task {t.task_id}: lease_until")),
+                    t.pid,
+                    t.task_id,
+                )
+            )
+        if not rows:
+            return
+        with self._write() as conn:
+            conn.executemany(_TOUCH, rows)
+
+    # -------------------------------------------------------------- commands
+    def submit_command(self, command: Command) -> None:
+        row = codec.times_to_text(
+            codec.command_to_row(command), ("created_at", "lease_until", "completed_at")
+        )
+        row.update(
+            state=CommandState.PENDING.value,
+            claimed_by=None,
+            lease_until=None,
+            completed_at=None,
+            outcome=None,
+        )
+        with self._write() as conn:
+            conn.execute(
+                f"INSERT OR IGNORE INTO commands ({_COMMAND_COLS}) "
+                f"VALUES ({', '.join('?' for _ in codec.COMMAND_COLUMNS)})",
+                tuple(row.values()),
+            )
+
+    def claim_commands(
+        self,
+        *,
+        owner: str,
+        now: datetime,
+        lease_seconds: float,
+        limit: int = 50,
+        task_ids: frozenset[str] | None = None,
+    ) -> list[Command]:
+        now_utc = codec.utc_req(now, "now")
+        now_t = _t(now_utc)
+        until = _t(now_utc + timedelta(seconds=lease_seconds))
+        cond = "(state = 'pending' OR (state = 'claimed' AND lease_until <= ?))"
+        params: list[Any] = [now_t]
+        if task_ids is not None:
+            sql, p = SQLITE.in_list("task_id", sorted(task_ids))
+            cond += f" AND {sql}"
+            params += p
+        with self._write() as conn:
+            cur = conn.execute(
+                "UPDATE commands SET state = 'claimed', claimed_by = ?, lease_until = ? "
+                f"WHERE seq IN (SELECT seq FROM commands WHERE {cond} ORDER BY seq LIMIT ?) "
+                f"RETURNING seq, {_COMMAND_COLS}",
+                [owner, until, *params, max(0, limit)],
+            )
+            rows = [_row(cur, v) for v in cur.fetchall()]
+        rows.sort(key=lambda r: r["seq"])
+        return [codec.row_to_command(r) for r in rows]
+
+    def complete_command(
+        self,
+        command_id: str,
+        *,
+        now: datetime,
+        outcome: Mapping[str, Any] | None = None,
+        state: CommandState = CommandState.DONE,
+    ) -> None:
+        if state not in (CommandState.DONE, CommandState.REJECTED):
+            raise StoreError(f"command {command_id}: a command completes as done or rejected")
+        now_t = _t(codec.utc_req(now, "now"))
+        out = codec.dumps_obj(outcome, f"command {command_id} outcome")
+        with self._write() as conn:
+            cur = conn.execute(
+                "UPDATE commands SET state = ?, completed_at = ?, outcome = ? "
+                "WHERE command_id = ? AND state IN ('pending', 'claimed')",
+                (state.value, now_t, out, command_id),
+            )
+            if cur.rowcount == 0:
+                found = conn.execute(
+                    "SELECT 1 FROM commands WHERE command_id = ?", (command_id,)
+                ).fetchone()
+                if found is None:
+                    raise StoreError(f"no command with id {command_id!r} in {self.url}")
+
+    def get_command(self, command_id: str) -> Command | None:
+        with self._read() as conn:
+            cur = conn.execute(
+                f"SELECT {_COMMAND_COLS} FROM commands WHERE command_id = ?", (command_id,)
+            )
+            v = cur.fetchone()
+            return None if v is None else codec.row_to_command(_row(cur, v))
+
+    def commands(
+        self, task_id: str | None = None, *, state: CommandState | None = None
+    ) -> list[Command]:
+        parts: list[str] = []
+        params: list[Any] = []
+        if task_id is not None:
+            parts.append("task_id = ?")
+            params.append(task_id)
+        if state is not None:
+            parts.append("state = ?")
+            params.append(CommandState(state).value)
+        where = ("WHERE " + " AND ".join(parts)) if parts else ""
+        with self._read() as conn:
+            cur = conn.execute(f"SELECT {_COMMAND_COLS} FROM commands {where} ORDER BY seq", params)
+            return [codec.row_to_command(_row(cur, v)) for v in cur.fetchall()]
+
+    # ---------------------------------------------------------------- owners
+    def upsert_owner(self, owner: OwnerRecord) -> None:
+        row = codec.times_to_text(codec.owner_to_row(owner), ("started_at", "heartbeat_at"))
+        with self._write() as conn:
+            conn.execute(
+                f"INSERT OR REPLACE INTO owners ({', '.join(codec.OWNER_COLUMNS)}) "
+                f"VALUES ({', '.join('?' for _ in codec.OWNER_COLUMNS)})",
+                tuple(row.values()),
+            )
+
+    def owners(self) -> list[OwnerRecord]:
+        with self._read() as conn:
+            cur = conn.execute(
+                f"SELECT {', '.join(codec.OWNER_COLUMNS)} FROM owners ORDER BY owner_id"
+            )
+            return [codec.row_to_owner(_row(cur, v)) for v in cur.fetchall()]
+
+    # ------------------------------------------------------------------ runs
+    def save_run(self, run: RunRecord) -> None:
+        row = codec.times_to_text(codec.run_to_row(run), ("created_at", "updated_at"))
+        with self._write() as conn:
+            conn.execute(
+                f"INSERT OR REPLACE INTO runs ({', '.join(codec.RUN_COLUMNS)}) "
+                f"VALUES ({', '.join('?' for _ in codec.RUN_COLUMNS)})",
+                tuple(row.values()),
+            )
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        with self._read() as conn:
+            cur = conn.execute(
+                f"SELECT {', '.join(codec.RUN_COLUMNS)} FROM runs WHERE run_id = ?", (run_id,)
+            )
+            v = cur.fetchone()
+            return None if v is None else codec.row_to_run(_row(cur, v))
+
+    def list_runs(self, limit: int | None = None) -> list[RunRecord]:
+        sql = f"SELECT {', '.join(codec.RUN_COLUMNS)} FROM runs ORDER BY created_at DESC"
+        params: list[Any] = []
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(max(0, limit))
+        with self._read() as conn:
+            cur = conn.execute(sql, params)
+            return [codec.row_to_run(_row(cur, v)) for v in cur.fetchall()]
+
+    # ------------------------------------------------------------------- ops
+    def prune(self, *, keep_terminal: int) -> int:
+        if keep_terminal < 0:
+            raise ValueError(f"keep_terminal must be >= 0, got {keep_terminal}")
+        status_sql, params = SQLITE.in_list("status", _TERMINAL_VALUES)
+        with self._write() as conn:
+            cur = conn.execute(
+                "DELETE FROM tasks WHERE seq IN (SELECT seq FROM tasks "
+                f"WHERE {status_sql} {task_order('newest')} LIMIT -1 OFFSET ?)",
+                [*params, keep_terminal],
+            )
+            return int(cur.rowcount)
+
+    def integrity_check(self) -> str:
+        """``PRAGMA integrity_check`` ("ok" when the file is sound)."""
+        with self._read() as conn:
+            rows = conn.execute("PRAGMA integrity_check").fetchall()
+            return "\n".join(str(r[0]) for r in rows)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            with suppress(sqlite3.Error):
+                self._conn.close()
