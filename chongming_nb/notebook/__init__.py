@@ -1,0 +1,12 @@
+"""The notebook layer: the TaskTable widget, display hooks and the IPython magics.
+
+Imported lazily by the control layer (``ctl.board()``, ``_repr_mimebundle_``), so that
+``import chongming_nb`` does not pull in ipywidgets.
+"""
+
+from __future__ import annotations
+
+from chongming_nb.notebook.display import make_table, task_bundle
+from chongming_nb.notebook.widget import TaskTable, measure_update_traffic
+
+__all__ = ["TaskTable", "make_table", "measure_update_traffic", "task_bundle"]

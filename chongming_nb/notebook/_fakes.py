@@ -1,0 +1,328 @@
+"""Test doubles for the widget layer: a small controller with the real state machine, and
+a recording comm so a widget can run without a kernel or a browser.
+
+Used by ``tests/notebook`` and by :func:`chongming_nb.notebook.widget.measure_update_traffic`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import comm
+from comm.base_comm import BaseComm
+
+from chongming_nb.core.clock import Clock
+from chongming_nb.core.errors import TaskError, TaskNotFound
+from chongming_nb.core.events import (
+    Event,
+    ProgressUpdated,
+    TaskCreated,
+    TaskLogLine,
+    TaskStatusChanged,
+)
+from chongming_nb.core.models import Failure, FailureKind, Progress, TaskSnapshot
+from chongming_nb.core.state_machine import CONTROL_VERBS, StateMachine
+from chongming_nb.core.states import TaskStatus
+
+
+@dataclass(frozen=True, slots=True)
+class FakeLog:
+    at: datetime
+    stream: str
+    line: str
+    level: str | None = None
+
+
+@dataclass
+class _Task:
+    snap: TaskSnapshot
+    logs: list[FakeLog] = field(default_factory=list)
+
+
+class FakeController:
+    """In-memory stand-in with the Controller methods the widget and magics use.
+
+    Verbs go through the real core StateMachine, so ``can`` is the real rule. Events are
+    delivered to watchers while the controller's lock is held (the harshest case for
+    lock ordering in subscribers).
+    """
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.sm = StateMachine(clock)
+        self._lock = threading.RLock()
+        self._tasks: dict[str, _Task] = {}
+        self._watchers: dict[int, Callable[[Event], None]] = {}
+        self._ids = itertools.count(1)
+        self._events = itertools.count(1)
+        self.applied: list[tuple[str, str, str]] = []
+
+    # ----------------------------------------------------------------- helpers
+
+    def _emit(self, event: Event) -> None:
+        for cb in list(self._watchers.values()):
+            cb(event)
+
+    def _eid(self) -> str:
+        return f"e{next(self._events)}"
+
+    def add(
+        self,
+        name: str,
+        *,
+        status: str = "queued",
+        total: float | None = None,
+        unit: str | None = "items",
+        tags: frozenset[str] = frozenset(),
+        pipeline_run_id: str | None = None,
+        max_attempts: int = 1,
+    ) -> TaskSnapshot:
+        now = self.clock.now()
+        st = TaskStatus(status)
+        started = st in {
+            TaskStatus.STARTING,
+            TaskStatus.RUNNING,
+            TaskStatus.PAUSING,
+            TaskStatus.STOPPING,
+            TaskStatus.SUCCEEDED,
+            TaskStatus.FAILED,
+        }
+        with self._lock:
+            tid = f"t{next(self._ids):06d}"
+            snap = TaskSnapshot(
+                task_id=tid,
+                name=name,
+                status=st,
+                tags=tags,
+                pipeline_run_id=pipeline_run_id,
+                attempt=1 if started else 0,
+                max_attempts=max_attempts,
+                created_at=now,
+                started_at=now if started else None,
+                ended_at=now if st in {TaskStatus.SUCCEEDED, TaskStatus.FAILED} else None,
+                progress=Progress(0, total, unit, None, now) if total is not None else None,
+            )
+            self._tasks[tid] = _Task(snap)
+            self._emit(TaskCreated(event_id=self._eid(), at=now, task_id=tid, snapshot=snap))
+            return snap
+
+    def bump(self, task_id: str, by: float = 1.0, message: str | None = None) -> None:
+        now = self.clock.now()
+        with self._lock:
+            t = self._tasks[task_id]
+            p = t.snap.progress or Progress(0, None, None, None, now)
+            prog = Progress(p.done + by, p.total, p.unit, message or p.message, now)
+            t.snap = t.snap.evolve(progress=prog)
+            self._emit(
+                ProgressUpdated(event_id=self._eid(), at=now, task_id=task_id, progress=prog)
+            )
+
+    def log_line(self, task_id: str, line: str, stream: str = "stdout") -> None:
+        now = self.clock.now()
+        with self._lock:
+            self._tasks[task_id].logs.append(FakeLog(now, stream, line))
+            self._emit(
+                TaskLogLine(event_id=self._eid(), at=now, task_id=task_id, stream=stream, line=line)
+            )
+
+    def fail(self, task_id: str, message: str, traceback: str | None = None) -> None:
+        with self._lock:
+            t = self._tasks[task_id]
+            failure = Failure(FailureKind.EXCEPTION, message, traceback=traceback)
+            self._set(t, *self.sm.mark_failed(t.snap, failure))
+
+    def settle(self, task_id: str) -> None:
+        """What the executor would do at the next checkpoint: PAUSING -> PAUSED,
+        STOPPING -> STOPPED."""
+        with self._lock:
+            t = self._tasks[task_id]
+            if t.snap.status is TaskStatus.PAUSING:
+                self._set(t, *self.sm.confirm_paused(t.snap))
+            elif t.snap.status is TaskStatus.STOPPING:
+                self._set(t, *self.sm.confirm_stopped(t.snap))
+
+    def _set(self, t: _Task, snap: TaskSnapshot, tr: Any) -> None:
+        before = t.snap.status
+        t.snap = snap
+        self._emit(
+            TaskStatusChanged(
+                event_id=self._eid(),
+                at=tr.at,
+                task_id=snap.task_id,
+                from_status=before,
+                to_status=snap.status,
+                trigger=tr.trigger,
+                actor=tr.actor,
+                reason=tr.reason,
+                version=tr.version,
+            )
+        )
+
+    # ----------------------------------------------------------------- Controller API
+
+    def get(self, task_id: str) -> TaskSnapshot:
+        with self._lock:
+            t = self._tasks.get(task_id)
+            if t is None:
+                raise TaskNotFound(task_id)
+            return t.snap
+
+    def list_tasks(
+        self,
+        status: Any = None,
+        tag: str | None = None,
+        name_prefix: str | None = None,
+        pipeline_run_id: str | None = None,
+        limit: int | None = None,
+        ids: Any = None,
+    ) -> list[TaskSnapshot]:
+        with self._lock:
+            snaps = [t.snap for t in self._tasks.values()]
+        if ids is not None:
+            wanted = set(ids)
+            snaps = [s for s in snaps if s.task_id in wanted]
+        if status is not None:
+            sts = {str(status)} if isinstance(status, str) else {str(s) for s in status}
+            snaps = [s for s in snaps if s.status.value in sts]
+        if tag is not None:
+            snaps = [s for s in snaps if tag in s.tags]
+        if name_prefix is not None:
+            snaps = [s for s in snaps if s.name.startswith(name_prefix)]
+        if pipeline_run_id is not None:
+            snaps = [s for s in snaps if s.pipeline_run_id == pipeline_run_id]
+        snaps.reverse()  # newest first
+        return snaps if limit is None else snaps[:limit]
+
+    def can(self, task_id: str, verb: str) -> tuple[bool, str | None]:
+        if verb not in CONTROL_VERBS:
+            return False, f"unknown verb {verb!r}"
+        with self._lock:
+            t = self._tasks.get(task_id)
+            if t is None:
+                return False, f"no task {task_id!r}"
+            return self.sm.can(t.snap, verb, force=verb == "retry")
+
+    def can_all(self, task_id: str) -> dict[str, tuple[bool, str | None]]:
+        return {verb: self.can(task_id, verb) for verb in CONTROL_VERBS}
+
+    def apply(self, task_id: str, verb: str, *, actor: str = "ui") -> tuple[bool, str | None]:
+        with self._lock:
+            ok, why = self.can(task_id, verb)
+            if not ok:
+                return False, why
+            t = self._tasks[task_id]
+            try:
+                if verb == "pause":
+                    res = self.sm.request_pause(t.snap, actor=actor)
+                elif verb == "resume":
+                    res = self.sm.resume(t.snap, actor=actor)
+                elif verb == "stop":
+                    res = self.sm.request_stop(t.snap, actor=actor)
+                elif verb == "retry":
+                    res = self.sm.retry(t.snap, force=True, actor=actor)
+                else:
+                    res = self.sm.skip(t.snap, actor=actor)
+            except TaskError as exc:
+                return False, str(exc)
+            self._set(t, *res)
+            self.applied.append((task_id, verb, actor))
+            return True, None
+
+    def watch(self, callback: Callable[[Event], None], filter: Any = None) -> Callable[[], None]:
+        with self._lock:
+            key = id(callback) ^ next(self._events)
+            self._watchers[key] = callback
+
+        def unsubscribe() -> None:
+            with self._lock:
+                self._watchers.pop(key, None)
+
+        return unsubscribe
+
+    @property
+    def watcher_count(self) -> int:
+        with self._lock:
+            return len(self._watchers)
+
+    def logs(self, task_id: str, limit: int | None = None) -> list[FakeLog]:
+        with self._lock:
+            t = self._tasks.get(task_id)
+            if t is None:
+                raise TaskNotFound(task_id)
+            out = list(t.logs)
+        return out if limit is None else out[-limit:]
+
+    def stats(self, **filter: Any) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for s in self.list_tasks(**filter):
+            counts[s.status.value] = counts.get(s.status.value, 0) + 1
+        return counts
+
+
+# --------------------------------------------------------------------------- comms
+
+
+class RecordingComm(BaseComm):
+    """A comm that records what it would publish (thread-safe)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.published: list[tuple[str, Any]] = []
+        self._rec_lock = threading.Lock()
+        super().__init__(**kwargs)
+
+    def publish_msg(
+        self,
+        msg_type: str,
+        data: Any = None,
+        metadata: Any = None,
+        buffers: Any = None,
+        **keys: Any,
+    ) -> None:
+        with self._rec_lock:
+            self.published.append((msg_type, data))
+
+    def custom_messages(self) -> list[dict[str, Any]]:
+        """Contents of the custom messages sent to the front end, in order."""
+        with self._rec_lock:
+            return [
+                d["content"]
+                for t, d in self.published
+                if t == "comm_msg" and isinstance(d, dict) and d.get("method") == "custom"
+            ]
+
+    def state_updates(self) -> list[dict[str, Any]]:
+        with self._rec_lock:
+            return [
+                d["state"]
+                for t, d in self.published
+                if t == "comm_msg" and isinstance(d, dict) and d.get("method") == "update"
+            ]
+
+    @property
+    def is_closed(self) -> bool:
+        return bool(self._closed)
+
+
+@contextlib.contextmanager
+def recording_comms() -> Iterator[list[RecordingComm]]:
+    """Within the block, every new widget gets a :class:`RecordingComm`; the list
+    collects them in creation order."""
+    made: list[RecordingComm] = []
+    original = comm.create_comm
+
+    def create(**kwargs: Any) -> RecordingComm:
+        c = RecordingComm(**kwargs)
+        made.append(c)
+        return c
+
+    comm.create_comm = create
+    try:
+        yield made
+    finally:
+        comm.create_comm = original

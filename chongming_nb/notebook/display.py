@@ -1,0 +1,130 @@
+"""Display hooks: the mime bundles ``TaskHandle``, ``PipelineRun`` and ``Controller``
+return from ``_repr_mimebundle_``.
+
+Each bundle carries the live widget view *and* an escaped ``text/html`` table and a
+``text/plain`` summary of the same rows, so nbconvert, GitHub and a notebook opened
+without its kernel still show the last known state.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from chongming_nb.notebook.rows import render_html, render_plain
+from chongming_nb.notebook.widget import ControllerLike, TaskTable
+
+log = logging.getLogger("chongming_nb.notebook")
+
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+
+
+def _tracebacks(ctl: ControllerLike, rows: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for row in rows:
+        if row.get("has_tb"):
+            try:
+                failure = ctl.get(str(row["id"])).failure
+            except Exception:
+                continue
+            if failure is not None and failure.traceback:
+                out[str(row["id"])] = failure.traceback
+        if len(out) >= 50:
+            break
+    return out
+
+
+def _now(ctl: ControllerLike) -> datetime:
+    clock = getattr(ctl, "clock", None)
+    now = getattr(clock, "now", None)
+    if callable(now):
+        try:
+            value = now()
+            if isinstance(value, datetime):
+                return value
+        except Exception:
+            pass
+    return datetime.now(UTC)
+
+
+def make_table(
+    ctl: ControllerLike,
+    *,
+    task_ids: Iterable[str] | None = None,
+    pipeline_run_id: str | None = None,
+    filter: Mapping[str, Any] | None = None,
+    title: str | None = None,
+    kind: str = "task",
+) -> TaskTable:
+    """The live widget for a task, a run or a board (what ``ctl.board()`` returns)."""
+    return TaskTable(
+        ctl,
+        kind=kind,
+        task_ids=task_ids,
+        pipeline_run_id=pipeline_run_id,
+        filter=filter,
+        title=title,
+    )
+
+
+def snapshot_bundle(
+    ctl: ControllerLike,
+    rows: list[dict[str, Any]],
+    *,
+    title: str | None,
+) -> dict[str, Any]:
+    at = _now(ctl)
+    return {
+        "text/plain": render_plain(rows, title=title, at=at),
+        "text/html": render_html(rows, title=title, at=at, tracebacks=_tracebacks(ctl, rows)),
+    }
+
+
+def task_bundle(
+    ctl: ControllerLike,
+    *,
+    task_ids: Iterable[str] | None = None,
+    pipeline_run_id: str | None = None,
+    filter: Mapping[str, Any] | None = None,
+    title: str | None = None,
+    kind: str = "task",
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(data, metadata)`` for ``_repr_mimebundle_``: widget view + html + plain.
+
+    If the widget cannot be built (e.g. no kernel comm machinery), the html and plain
+    snapshots are still returned.
+    """
+    table: TaskTable | None
+    try:
+        table = make_table(
+            ctl,
+            task_ids=task_ids,
+            pipeline_run_id=pipeline_run_id,
+            filter=filter,
+            title=title,
+            kind=kind,
+        )
+        rows = table.current_rows()
+    except ValueError:
+        raise
+    except Exception:
+        log.exception("could not build the task widget; showing a static snapshot")
+        table = None
+        query: dict[str, Any] = dict(filter or {})
+        if task_ids is not None:
+            query["ids"] = list(task_ids)
+        if pipeline_run_id is not None:
+            query["pipeline_run_id"] = pipeline_run_id
+        from chongming_nb.notebook.rows import build_row
+
+        rows = [build_row(s, ctl.can_all(s.task_id)) for s in ctl.list_tasks(**query)]
+    data = snapshot_bundle(ctl, rows, title=title)
+    if table is not None and table.comm is not None:
+        data[WIDGET_MIME] = {
+            "version_major": 2,
+            "version_minor": 1,
+            "model_id": table.model_id,
+        }
+    return data, {}

@@ -1,0 +1,213 @@
+"""Turning task snapshots into the plain-JSON rows the widget and the html snapshot show.
+
+Pure functions plus a small progress-rate tracker; no widget, no threads of its own.
+"""
+
+from __future__ import annotations
+
+import html
+from collections import Counter, deque
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from chongming_nb.core.models import TaskSnapshot
+from chongming_nb.notebook.schema import STATUSES, VERBS
+
+#: Longest last-message / log line kept in a row (the full line stays in the log).
+MAX_MESSAGE_LEN = 300
+_RATE_WINDOW = 8
+
+
+def epoch_ms(at: datetime | None) -> float | None:
+    if at is None:
+        return None
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=UTC)
+    return round(at.timestamp() * 1000.0, 3)
+
+
+def clip(text: str | None, limit: int = MAX_MESSAGE_LEN) -> str | None:
+    if text is None:
+        return None
+    text = str(text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class RateTracker:
+    """Progress rate (units/s) per task from the last few (time, done) samples."""
+
+    def __init__(self, window: int = _RATE_WINDOW) -> None:
+        self._window = window
+        self._samples: dict[str, deque[tuple[float, float]]] = {}
+
+    def observe(self, task_id: str, at_s: float, done: float) -> None:
+        q = self._samples.get(task_id)
+        if q is None:
+            q = self._samples[task_id] = deque(maxlen=self._window)
+        if q and (at_s <= q[-1][0] or done < q[-1][1]):
+            if done < q[-1][1]:  # progress went backwards (a retry): start over
+                q.clear()
+            else:
+                return
+        q.append((at_s, done))
+
+    def rate(self, task_id: str) -> float | None:
+        q = self._samples.get(task_id)
+        if not q or len(q) < 2:
+            return None
+        (t0, d0), (t1, d1) = q[0], q[-1]
+        if t1 <= t0:
+            return None
+        return (d1 - d0) / (t1 - t0)
+
+    def forget(self, task_id: str) -> None:
+        self._samples.pop(task_id, None)
+
+
+def build_row(
+    snap: TaskSnapshot,
+    can: Mapping[str, tuple[bool, str | None]],
+    *,
+    rate: float | None = None,
+    last_line: str | None = None,
+) -> dict[str, Any]:
+    """One row (keys: :data:`chongming_nb.notebook.schema.ROW_FIELDS`)."""
+    prog = snap.progress
+    done = float(prog.done) if prog is not None else 0.0
+    total = float(prog.total) if prog is not None and prog.total is not None else None
+    eta: float | None = None
+    if rate is not None and rate > 0 and total is not None and not snap.is_terminal:
+        eta = round(max(0.0, total - done) / rate, 1)
+    message = prog.message if prog is not None and prog.message else None
+    if message is None:
+        message = last_line
+    failure = None
+    if snap.failure is not None:
+        failure = {"kind": str(snap.failure.kind), "message": clip(snap.failure.message)}
+    return {
+        "id": snap.task_id,
+        "name": snap.name,
+        "status": str(snap.status.value),
+        "version": snap.status_version,
+        "attempt": snap.attempt,
+        "max_attempts": snap.max_attempts,
+        "done": done,
+        "total": total,
+        "unit": prog.unit if prog is not None else None,
+        "message": clip(message),
+        "rate": None if rate is None else round(rate, 3),
+        "eta": eta,
+        "created": epoch_ms(snap.created_at),
+        "started": epoch_ms(snap.started_at),
+        "ended": epoch_ms(snap.ended_at),
+        "failure": failure,
+        "has_tb": bool(snap.failure is not None and snap.failure.traceback),
+        "tags": sorted(snap.tags),
+        "run": snap.pipeline_run_id,
+        "requested": None if snap.requested_action is None else str(snap.requested_action.value),
+        "can": {verb: bool(can.get(verb, (False, None))[0]) for verb in VERBS},
+    }
+
+
+def summarize(rows: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Counts per status, in lifecycle order, zero counts left out."""
+    counts = Counter(str(r["status"]) for r in rows)
+    return {s: counts[s] for s in STATUSES if counts.get(s)}
+
+
+def _fmt_time(ms: float | None) -> str:
+    if ms is None:
+        return ""
+    return datetime.fromtimestamp(ms / 1000.0, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _fmt_duration(row: Mapping[str, Any], now_ms: float) -> str:
+    started = row.get("started")
+    if started is None:
+        return ""
+    ended = row.get("ended")
+    end = float(ended) if ended is not None else now_ms
+    secs = max(0.0, (float(end) - float(started)) / 1000.0)
+    m, s = divmod(int(secs), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def _fmt_progress(row: Mapping[str, Any]) -> str:
+    done, total, unit = row.get("done"), row.get("total"), row.get("unit")
+    if total is None and not done:
+        return ""
+    text = f"{done:g}" if total is None else f"{done:g}/{total:g}"
+    return f"{text} {unit}" if unit else text
+
+
+def summary_text(summary: Mapping[str, int]) -> str:
+    total = sum(summary.values())
+    parts = ", ".join(f"{n} {s}" for s, n in summary.items())
+    return f"{total} task{'s' if total != 1 else ''}" + (f": {parts}" if parts else "")
+
+
+def render_plain(
+    rows: Sequence[Mapping[str, Any]], *, title: str | None, at: datetime, limit: int = 20
+) -> str:
+    """A text/plain snapshot (what a terminal, or a notebook without widgets, shows)."""
+    now_ms = epoch_ms(at) or 0.0
+    lines = [f"{title or 'tasks'} — {summary_text(summarize(rows))} (as of {at:%H:%M:%S})"]
+    for row in rows[:limit]:
+        prog = _fmt_progress(row)
+        dur = _fmt_duration(row, now_ms)
+        bits = [str(row["name"]), f"[{row['status']}]", prog, dur, str(row.get("message") or "")]
+        lines.append("  " + "  ".join(b for b in bits if b))
+    if len(rows) > limit:
+        lines.append(f"  … {len(rows) - limit} more")
+    return "\n".join(lines)
+
+
+def render_html(
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    title: str | None,
+    at: datetime,
+    tracebacks: Mapping[str, str] | None = None,
+    limit: int = 200,
+) -> str:
+    """A static, escaped html table: shown by nbconvert, GitHub, or when the widget cannot
+    render. Every user string goes through ``html.escape``; no scripts, no inline events."""
+    e = html.escape
+    now_ms = epoch_ms(at) or 0.0
+    tbs = tracebacks or {}
+    out = [
+        '<div class="cn-snapshot">',
+        f"<p><strong>{e(title or 'tasks')}</strong> — {e(summary_text(summarize(rows)))}"
+        f" <em>(snapshot as of {e(at.strftime('%H:%M:%S'))})</em></p>",
+        "<table>",
+        "<thead><tr><th>name</th><th>status</th><th>progress</th><th>attempt</th>"
+        "<th>started</th><th>duration</th><th>message</th></tr></thead>",
+        "<tbody>",
+    ]
+    for row in rows[:limit]:
+        msg = row.get("message") or ""
+        failure = row.get("failure")
+        if failure:
+            msg = f"{failure['kind']}: {failure['message']}"
+        cell = e(str(msg))
+        tb = tbs.get(str(row["id"]))
+        if tb:
+            cell += f"<details><summary>traceback</summary><pre>{e(tb)}</pre></details>"
+        out.append(
+            "<tr>"
+            f'<td title="{e(str(row["id"]))}">{e(str(row["name"]))}</td>'
+            f"<td>{e(str(row['status']))}</td>"
+            f"<td>{e(_fmt_progress(row))}</td>"
+            f"<td>{int(row['attempt'])}/{int(row['max_attempts'])}</td>"
+            f"<td>{e(_fmt_time(row.get('started')))}</td>"
+            f"<td>{e(_fmt_duration(row, now_ms))}</td>"
+            f"<td>{cell}</td>"
+            "</tr>"
+        )
+    out.append("</tbody></table>")
+    if len(rows) > limit:
+        out.append(f"<p>… {len(rows) - limit} more tasks not shown</p>")
+    out.append("</div>")
+    return "".join(out)

@@ -1,0 +1,227 @@
+"""The one Python source of the widget's message shapes, status names and verbs.
+
+The front end (``static/widget.js``) never hard-codes any of this: the widget sends
+:func:`schema_for_js` to it as the ``schema`` trait at construction, and the JavaScript
+reads status names, tones, verbs and message type names from there. A test asserts that
+the JavaScript holds no hand-copied status list.
+
+Messages, front end -> kernel (custom widget messages)::
+
+    {"type": "action", "action": <verb>, "task_id": <str>, "request_id": <int>}
+    {"type": "bulk",   "action": "pause"|"stop", "request_id": <int>}
+    {"type": "detail", "task_id": <str>, "request_id": <int>}     # logs + traceback
+    {"type": "sync",   "request_id": <int>}                        # resend full state
+
+Messages, kernel -> front end::
+
+    {"type": "ack",    "request_id", "ok", "reason", "task_id", "action"}
+    {"type": "patch",  "seq", "base", "upsert": [row, ...],       # rows new to the table
+                       "update": [{"id", <changed fields>}, ...],  # only what changed
+                       "remove": [id, ...], "summary": {status: count}, "at": <epoch ms>}
+    {"type": "full",   "seq", "rows": [row, ...], "summary", "at"}
+    {"type": "detail", "request_id", "task_id", "logs": [log, ...], "traceback",
+                       "failure"}
+
+A row (see :data:`ROW_FIELDS`) carries ``can``: a map verb -> bool computed by the
+kernel with ``ctl.can``; the front end enables a button exactly when it is true.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from chongming_nb.core.state_machine import CONTROL_VERBS
+from chongming_nb.core.states import TERMINAL, TaskStatus
+
+SCHEMA_VERSION: Final = 1
+
+#: Every status name, in lifecycle order (the ``FINISHED`` alias is not a separate name).
+STATUSES: Final[tuple[str, ...]] = tuple(dict.fromkeys(s.value for s in TaskStatus))
+TERMINAL_STATUSES: Final[tuple[str, ...]] = tuple(s for s in STATUSES if TaskStatus(s) in TERMINAL)
+
+#: How a badge is coloured. The CSS knows tones only, never status names.
+STATUS_TONES: Final[Mapping[str, str]] = {
+    "pending": "idle",
+    "blocked": "idle",
+    "queued": "idle",
+    "starting": "active",
+    "running": "active",
+    "pausing": "warn",
+    "paused": "warn",
+    "retry_wait": "warn",
+    "stopping": "warn",
+    "succeeded": "ok",
+    "failed": "bad",
+    "stopped": "muted",
+    "cancelled": "muted",
+    "skipped": "muted",
+    "lost": "bad",
+}
+
+#: The per-row verbs (the control plane's verbs, from the core).
+VERBS: Final[tuple[str, ...]] = tuple(CONTROL_VERBS)
+#: Verbs the "pause all" / "stop all" buttons send for the whole table.
+BULK_VERBS: Final[tuple[str, ...]] = ("pause", "stop")
+#: Human labels for the buttons (display only; the verb is what is sent).
+VERB_LABELS: Final[Mapping[str, str]] = {
+    "pause": "Pause",
+    "resume": "Resume",
+    "stop": "Stop",
+    "retry": "Retry",
+    "skip": "Skip",
+}
+
+CLIENT_TYPES: Final[tuple[str, ...]] = ("action", "bulk", "detail", "sync")
+SERVER_TYPES: Final[tuple[str, ...]] = ("ack", "patch", "full", "detail")
+KINDS: Final[tuple[str, ...]] = ("task", "run", "board")
+
+#: Keys of one row as sent to the front end.
+ROW_FIELDS: Final[tuple[str, ...]] = (
+    "id",  # task id
+    "name",
+    "status",
+    "version",  # status_version
+    "attempt",
+    "max_attempts",
+    "done",
+    "total",  # None when unknown
+    "unit",
+    "message",  # last progress message or last log line
+    "rate",  # units per second, None when unknown
+    "eta",  # seconds, None when unknown
+    "created",  # epoch ms
+    "started",  # epoch ms of the current/last attempt, None before the first
+    "ended",  # epoch ms, None while not terminal
+    "failure",  # {"kind", "message"} or None
+    "has_tb",  # a traceback can be fetched with a "detail" request
+    "tags",
+    "run",  # pipeline run id or None
+    "requested",  # "stop" | "pause" | None while on its way
+    "can",  # {verb: bool} for every verb in VERBS
+)
+
+#: Request ids are JSON integers in this range (JavaScript's safe integers).
+MAX_REQUEST_ID: Final = 2**53 - 1
+MAX_TASK_ID_LEN: Final = 512
+
+
+class SchemaError(ValueError):
+    """A message from the front end does not match the schema. Says what was wrong."""
+
+
+@dataclass(frozen=True, slots=True)
+class ActionRequest:
+    action: str
+    task_id: str
+    request_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class BulkRequest:
+    action: str
+    request_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class DetailRequest:
+    task_id: str
+    request_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class SyncRequest:
+    request_id: int
+
+
+ClientMessage = ActionRequest | BulkRequest | DetailRequest | SyncRequest
+
+_ALLOWED_KEYS: Final[Mapping[str, frozenset[str]]] = {
+    "action": frozenset({"type", "action", "task_id", "request_id"}),
+    "bulk": frozenset({"type", "action", "request_id"}),
+    "detail": frozenset({"type", "task_id", "request_id"}),
+    "sync": frozenset({"type", "request_id"}),
+}
+
+
+def _request_id(msg: Mapping[str, Any]) -> int:
+    rid = msg.get("request_id")
+    if isinstance(rid, bool) or not isinstance(rid, int):
+        raise SchemaError(f"request_id must be an integer, got {type(rid).__name__}")
+    if not 0 <= rid <= MAX_REQUEST_ID:
+        raise SchemaError(f"request_id out of range: {rid}")
+    return rid
+
+
+def _task_id(msg: Mapping[str, Any]) -> str:
+    tid = msg.get("task_id")
+    if not isinstance(tid, str):
+        raise SchemaError(f"task_id must be a string, got {type(tid).__name__}")
+    if not tid or len(tid) > MAX_TASK_ID_LEN:
+        raise SchemaError(f"task_id must have 1..{MAX_TASK_ID_LEN} characters")
+    return tid
+
+
+def parse_client_message(msg: object) -> ClientMessage:
+    """Validate one message from the front end; raise :class:`SchemaError` if it is not
+    exactly one of the shapes above (unknown keys are rejected too)."""
+    if not isinstance(msg, Mapping):
+        raise SchemaError(f"message must be an object, got {type(msg).__name__}")
+    mtype = msg.get("type")
+    if not isinstance(mtype, str) or mtype not in _ALLOWED_KEYS:
+        raise SchemaError(f"unknown message type {mtype!r}; known: {', '.join(CLIENT_TYPES)}")
+    if not all(isinstance(k, str) for k in msg):
+        raise SchemaError("message keys must be strings")
+    extra = set(msg) - _ALLOWED_KEYS[mtype]
+    if extra:
+        raise SchemaError(f"unexpected keys for {mtype!r}: {', '.join(sorted(extra))}")
+    rid = _request_id(msg)
+    if mtype == "action":
+        action = msg.get("action")
+        if not isinstance(action, str) or action not in VERBS:
+            raise SchemaError(f"unknown action {action!r}; known: {', '.join(VERBS)}")
+        return ActionRequest(action=action, task_id=_task_id(msg), request_id=rid)
+    if mtype == "bulk":
+        action = msg.get("action")
+        if not isinstance(action, str) or action not in BULK_VERBS:
+            raise SchemaError(f"unknown bulk action {action!r}; known: {', '.join(BULK_VERBS)}")
+        return BulkRequest(action=action, request_id=rid)
+    if mtype == "detail":
+        return DetailRequest(task_id=_task_id(msg), request_id=rid)
+    return SyncRequest(request_id=rid)
+
+
+def ack(
+    request_id: int,
+    ok: bool,
+    reason: str | None,
+    *,
+    task_id: str | None = None,
+    action: str | None = None,
+) -> dict[str, Any]:
+    return {
+        "type": "ack",
+        "request_id": request_id,
+        "ok": ok,
+        "reason": reason,
+        "task_id": task_id,
+        "action": action,
+    }
+
+
+def schema_for_js() -> dict[str, Any]:
+    """Everything the front end needs to know about names, as plain JSON."""
+    return {
+        "version": SCHEMA_VERSION,
+        "statuses": list(STATUSES),
+        "terminal": list(TERMINAL_STATUSES),
+        "tones": dict(STATUS_TONES),
+        "verbs": list(VERBS),
+        "bulk_verbs": list(BULK_VERBS),
+        "verb_labels": dict(VERB_LABELS),
+        "client_types": list(CLIENT_TYPES),
+        "server_types": list(SERVER_TYPES),
+        "row_fields": list(ROW_FIELDS),
+        "kinds": list(KINDS),
+    }

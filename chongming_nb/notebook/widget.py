@@ -1,0 +1,665 @@
+"""``TaskTable``: the one anywidget model behind every task row, run table and board.
+
+Rows are data; buttons are drawn by the front end (``static/widget.js``). Clicks arrive
+as custom messages (see :mod:`chongming_nb.notebook.schema`), possibly on a kernel
+subshell thread while a cell runs, and are validated, applied with
+``ctl.apply(task_id, verb, actor="widget")`` and acknowledged.
+
+Updates: ``ctl.watch`` callbacks (any thread) only mark rows dirty. A flush builds rows
+for the dirty tasks and sends a versioned patch with the rows that really changed; flushes
+are rate-limited to ``max_rate`` per second per widget. The ``rows`` trait (full state,
+for page reloads and saved widget state) is refreshed at a lower, size-dependent rate,
+and ``get_state`` always answers with the current rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import anywidget
+import traitlets
+
+from chongming_nb.core.errors import TaskNotFound
+from chongming_nb.core.models import TaskSnapshot
+from chongming_nb.notebook import schema as S
+from chongming_nb.notebook.rows import (
+    RateTracker,
+    build_row,
+    clip,
+    epoch_ms,
+    summarize,
+)
+
+log = logging.getLogger("chongming_nb.notebook")
+
+_STATIC = Path(__file__).parent / "static"
+
+#: Log lines a "detail" request returns at most.
+DETAIL_LOG_LIMIT = 500
+
+
+class Clockish(Protocol):
+    def now(self) -> datetime: ...
+
+    def monotonic(self) -> float: ...
+
+
+class _SystemClock:
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+@runtime_checkable
+class ControllerLike(Protocol):
+    """The part of ``cn.Controller`` the widget uses."""
+
+    def get(self, task_id: str) -> TaskSnapshot: ...
+
+    def list_tasks(
+        self,
+        status: Any = None,
+        tag: str | None = None,
+        name_prefix: str | None = None,
+        pipeline_run_id: str | None = None,
+        limit: int | None = None,
+        ids: Any = None,
+    ) -> list[TaskSnapshot]: ...
+
+    def can_all(self, task_id: str) -> dict[str, tuple[bool, str | None]]: ...
+
+    def apply(self, task_id: str, verb: str, *, actor: str = ...) -> tuple[bool, str | None]: ...
+
+    def watch(self, callback: Callable[[Any], None], filter: Any = None) -> Callable[[], None]: ...
+
+    def logs(self, task_id: str, limit: int | None = None) -> list[Any]: ...
+
+
+# --------------------------------------------------------------------------- scheduling
+
+
+class _FlushScheduler:
+    """One daemon thread that runs due flushes for every live TaskTable."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, TaskTable]] = []
+        self._due: dict[int, float] = {}
+        self._count = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def schedule(self, table: TaskTable, due: float) -> None:
+        with self._cond:
+            key = id(table)
+            cur = self._due.get(key)
+            if cur is not None and cur <= due:
+                return
+            self._due[key] = due
+            heapq.heappush(self._heap, (due, next(self._count), table))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="chongming-widget-flush", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._heap:
+                    self._cond.wait()
+                due, _, table = self._heap[0]
+                now = time.monotonic()
+                if due > now:
+                    self._cond.wait(due - now)
+                    continue
+                heapq.heappop(self._heap)
+                if self._due.get(id(table)) != due:
+                    continue  # superseded by an earlier schedule
+                del self._due[id(table)]
+            try:
+                table._scheduled_flush()
+            except Exception:  # never let one widget kill the thread
+                log.exception("widget flush failed")
+
+
+_SCHEDULER = _FlushScheduler()
+
+
+# --------------------------------------------------------------------------- the widget
+
+
+def _matches(snap: TaskSnapshot, query: Mapping[str, Any]) -> bool:
+    """Does a task created after the table opened belong to it?"""
+    ids = query.get("ids")
+    if ids is not None and snap.task_id not in ids:
+        return False
+    run = query.get("pipeline_run_id")
+    if run is not None and snap.pipeline_run_id != run:
+        return False
+    status = query.get("status")
+    if status is not None:
+        wanted = {str(status)} if isinstance(status, str) else {str(s) for s in status}
+        if snap.status.value not in wanted:
+            return False
+    tag = query.get("tag")
+    if tag is not None and tag not in snap.tags:
+        return False
+    prefix = query.get("name_prefix")
+    return prefix is None or snap.name.startswith(prefix)
+
+
+class TaskTable(anywidget.AnyWidget):
+    """A live table of tasks: a single task (``kind="task"``), a pipeline run (``"run"``)
+    or a board (``"board"``). One model, whatever the number of rows."""
+
+    _esm = _STATIC / "widget.js"
+    _css = _STATIC / "widget.css"
+
+    schema = traitlets.Dict().tag(sync=True)
+    kind = traitlets.Unicode("board").tag(sync=True)
+    title = traitlets.Unicode("").tag(sync=True)
+    rows: traitlets.List[Any] = traitlets.List().tag(sync=True)
+    rows_seq = traitlets.Int(0).tag(sync=True)
+    rows_at = traitlets.Float(0.0).tag(sync=True)  # epoch ms of the state in ``rows``
+
+    def __init__(
+        self,
+        ctl: ControllerLike,
+        *,
+        kind: str = "board",
+        task_ids: Iterable[str] | None = None,
+        pipeline_run_id: str | None = None,
+        filter: Mapping[str, Any] | None = None,
+        title: str | None = None,
+        limit: int | None = None,
+        clock: Clockish | None = None,
+        max_rate: float = 10.0,
+        full_state_interval: float = 2.0,
+        autoflush: bool = True,
+    ) -> None:
+        if kind not in S.KINDS:
+            raise ValueError(f"kind must be one of {', '.join(S.KINDS)}, got {kind!r}")
+        if not max_rate > 0:
+            raise ValueError(f"max_rate must be > 0, got {max_rate!r}")
+        query: dict[str, Any] = dict(filter or {})
+        unknown = set(query) - {"status", "tag", "name_prefix"}
+        if unknown:
+            raise ValueError(
+                f"unknown filter keys: {', '.join(sorted(unknown))} "
+                "(known: status, tag, name_prefix)"
+            )
+        if task_ids is not None:
+            query["ids"] = list(dict.fromkeys(task_ids))
+        if pipeline_run_id is not None:
+            query["pipeline_run_id"] = pipeline_run_id
+        self._ctl = ctl
+        self._query = query
+        self._ids_fixed = frozenset(query["ids"]) if "ids" in query else None
+        self._clock: Clockish = clock or _SystemClock()
+        self._min_interval = 1.0 / max_rate
+        self._full_min_interval = full_state_interval
+        self._autoflush = autoflush
+        self._lock = threading.RLock()  # rows, dirty set, seq
+        self._send_lock = threading.RLock()  # every call into ipywidgets/comm
+        self._flush_lock = threading.Lock()  # one flush at a time
+        self._rows: dict[str, dict[str, Any]] = {}
+        self._dirty: set[str] = set()
+        self._last_line: dict[str, str] = {}
+        self._rates = RateTracker()
+        self._can_cache: dict[
+            str, tuple[tuple[Any, ...], Mapping[str, tuple[bool, str | None]]]
+        ] = {}
+        self._seq = 0
+        self._full_seq = 0
+        self._next_allowed = float("-inf")
+        self._next_full = float("-inf")
+        self._closed = False
+        self._unsubscribe: Callable[[], None] | None = None
+        self.messages_sent = 0
+        self.bytes_sent = 0
+
+        # subscribe first so nothing between the initial load and the watch is lost
+        self._unsubscribe = ctl.watch(self._on_event)
+        snaps = ctl.list_tasks(**self._list_query(query, limit))
+        if self._ids_fixed is not None:  # keep the caller's order
+            order = {tid: i for i, tid in enumerate(query["ids"])}
+            snaps.sort(key=lambda s: order.get(s.task_id, len(order)))
+        for snap in snaps:
+            self._rows[snap.task_id] = self._row_for(snap)
+        initial = list(self._rows.values())
+        super().__init__(
+            schema=S.schema_for_js(),
+            kind=kind,
+            title=title or "",
+            rows=initial,
+            rows_seq=0,
+            rows_at=epoch_ms(self._clock.now()) or 0.0,
+        )
+        self.on_msg(self._on_custom_msg)
+
+    # ------------------------------------------------------------------ queries
+
+    @staticmethod
+    def _list_query(query: Mapping[str, Any], limit: int | None) -> dict[str, Any]:
+        q = dict(query)
+        if limit is not None:
+            q["limit"] = limit
+        return q
+
+    def _row_for(self, snap: TaskSnapshot, last_line: str | None = None) -> dict[str, Any]:
+        """Build a row. Calls the controller: never call it holding ``self._lock`` (the
+        controller may call ``_on_event`` holding its own lock)."""
+        prog = snap.progress
+        if prog is not None and (prog.done or prog.total):
+            at = prog.updated_at or self._clock.now()
+            self._rates.observe(snap.task_id, at.timestamp(), float(prog.done))
+        rate = None if snap.is_terminal else self._rates.rate(snap.task_id)
+        return build_row(
+            snap,
+            self._can_for(snap),
+            rate=rate,
+            last_line=last_line,
+        )
+
+    def _can_for(self, snap: TaskSnapshot) -> Mapping[str, tuple[bool, str | None]]:
+        """``ctl.can_all`` for a row, asked again only when something ``can`` depends on
+        has changed (every transition bumps ``status_version``; progress does not)."""
+        key = (
+            snap.status_version,
+            snap.status,
+            snap.requested_action,
+            snap.attempt,
+            snap.max_attempts,
+            snap.started_at,
+        )
+        hit = self._can_cache.get(snap.task_id)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        can = self._ctl.can_all(snap.task_id)
+        self._can_cache[snap.task_id] = (key, can)
+        return can
+
+    @property
+    def task_ids(self) -> list[str]:
+        with self._lock:
+            return list(self._rows)
+
+    def current_rows(self) -> list[dict[str, Any]]:
+        """The latest rows (a copy), whatever has been sent."""
+        with self._lock:
+            return [dict(r) for r in self._rows.values()]
+
+    @property
+    def seq(self) -> int:
+        return self._seq
+
+    # ------------------------------------------------------------------ events in
+
+    def _on_event(self, event: Any) -> None:
+        """``ctl.watch`` callback: any thread. Marks a row dirty, nothing more."""
+        try:
+            task_id = getattr(event, "task_id", None)
+            if not isinstance(task_id, str) or self._closed:
+                return
+            etype = type(event).__name__
+            if etype == "TaskHeartbeat":
+                return
+            with self._lock:
+                if task_id not in self._rows:
+                    if self._ids_fixed is not None and task_id not in self._ids_fixed:
+                        return
+                    # on an open-ended table rows join on creation; other events of
+                    # tasks not shown are noise
+                    if etype != "TaskCreated" and self._ids_fixed is None:
+                        return
+                if etype == "TaskLogLine":
+                    line = getattr(event, "line", None)
+                    if isinstance(line, str) and line.strip():
+                        self._last_line[task_id] = clip(line.rstrip("\n")) or ""
+                self._dirty.add(task_id)
+            self._request_flush()
+        except Exception:
+            log.exception("TaskTable could not take an event")
+
+    def _request_flush(self) -> None:
+        if not self._autoflush or self._closed:
+            return
+        delay = max(0.0, self._next_allowed - self._clock.monotonic())
+        _SCHEDULER.schedule(self, time.monotonic() + delay)
+
+    def _scheduled_flush(self) -> None:
+        if self._closed:
+            return
+        self.flush()
+        with self._lock:
+            pending = bool(self._dirty) or self._full_seq != self._seq
+        if pending and not self._closed:
+            now = self._clock.monotonic()
+            due = self._next_allowed if self._dirty else self._next_full
+            _SCHEDULER.schedule(self, time.monotonic() + max(0.0, due - now))
+
+    # ------------------------------------------------------------------ flushing
+
+    def flush(self, *, force: bool = False) -> bool:
+        """Send one patch with the rows that changed, if the rate limit allows (or
+        ``force``). Returns True if a patch was sent. Safe from any thread."""
+        with self._flush_lock:
+            now = self._clock.monotonic()
+            sent = False
+            with self._lock:
+                ready = bool(self._dirty) and (force or now >= self._next_allowed)
+                dirty = self._dirty if ready else set()
+                if ready:
+                    self._dirty = set()
+            if dirty:
+                sent = self._send_patch(dirty, now)
+            if self._full_seq != self._seq and (force or now >= self._next_full):
+                self._refresh_full_trait(now)
+            return sent
+
+    def _fetch(self, ids: list[str]) -> dict[str, TaskSnapshot]:
+        try:
+            snaps = self._ctl.list_tasks(ids=ids)
+            return {s.task_id: s for s in snaps}
+        except TypeError:  # a controller without ids= support
+            found: dict[str, TaskSnapshot] = {}
+            for tid in ids:
+                with contextlib.suppress(TaskNotFound):
+                    found[tid] = self._ctl.get(tid)
+            return found
+
+    def _send_patch(self, dirty: set[str], now: float) -> bool:
+        order = sorted(dirty)
+        snaps = self._fetch(order)
+        with self._lock:
+            known = {tid for tid in order if tid in self._rows}
+            last_lines = {tid: self._last_line.get(tid) for tid in order}
+        built: dict[str, dict[str, Any]] = {}
+        for tid in order:
+            snap = snaps.get(tid)
+            if snap is None:
+                continue
+            if tid not in known and not _matches(snap, self._query):
+                continue
+            built[tid] = self._row_for(snap, last_lines[tid])
+        upsert: list[dict[str, Any]] = []
+        update: list[dict[str, Any]] = []
+        remove: list[str] = []
+        with self._lock:
+            for tid in order:
+                row = built.get(tid)
+                if row is None:
+                    if tid in known and snaps.get(tid) is None and tid in self._rows:
+                        del self._rows[tid]
+                        self._rates.forget(tid)
+                        self._can_cache.pop(tid, None)
+                        remove.append(tid)
+                    continue
+                prev = self._rows.get(tid)
+                if prev is None:
+                    self._rows[tid] = row
+                    upsert.append(row)
+                elif prev != row:
+                    self._rows[tid] = row
+                    delta = {k: v for k, v in row.items() if prev.get(k) != v}
+                    delta["id"] = tid
+                    update.append(delta)
+            if not upsert and not update and not remove:
+                return False
+            base = self._seq
+            self._seq += 1
+            summary = summarize(self._rows.values())
+            seq = self._seq
+        msg = {
+            "type": "patch",
+            "seq": seq,
+            "base": base,
+            "upsert": upsert,
+            "update": update,
+            "remove": remove,
+            "summary": summary,
+            "at": epoch_ms(self._clock.now()),
+        }
+        self._next_allowed = now + self._min_interval
+        self._send_custom(msg)
+        return True
+
+    def _refresh_full_trait(self, now: float) -> None:
+        with self._lock:
+            rows = [dict(r) for r in self._rows.values()]
+            seq = self._seq
+        with self._send_lock:
+            if self._closed:
+                return
+            with self.hold_sync():
+                self.rows = rows
+                self.rows_seq = seq
+                self.rows_at = epoch_ms(self._clock.now()) or 0.0
+        self._full_seq = seq
+        # a 10,000-row board re-sends its full state at most every 10 s
+        self._next_full = now + max(self._full_min_interval, len(rows) / 1000.0)
+
+    def get_state(self, key: Any = None) -> dict[str, Any]:
+        """Answer state requests (a page reload) with the current rows, not the last
+        low-rate trait value."""
+        state: dict[str, Any] = super().get_state(key)
+        if "rows" in state and getattr(self, "_rows", None) is not None:
+            with self._lock:
+                state["rows"] = [dict(r) for r in self._rows.values()]
+                if "rows_seq" in state or key is None:
+                    state["rows_seq"] = self._seq
+        return state
+
+    def _send_custom(self, msg: dict[str, Any]) -> None:
+        with self._send_lock:
+            if self._closed:
+                return
+            self.messages_sent += 1
+            self.bytes_sent += len(json.dumps(msg, separators=(",", ":")))
+            self.send(msg)
+
+    # ------------------------------------------------------------------ messages in
+
+    def _on_custom_msg(self, _widget: Any, content: Any, _buffers: Any = None) -> None:
+        """Handle one message from the front end. Runs on the comm thread (a subshell
+        thread while a cell is busy). Never raises."""
+        try:
+            req = S.parse_client_message(content)
+        except S.SchemaError as exc:
+            log.warning("ignored malformed widget message: %s", exc)
+            return
+        except Exception:
+            log.exception("ignored unreadable widget message")
+            return
+        try:
+            self.handle_request(req)
+        except Exception:
+            log.exception("widget request %r failed", req)
+            rid = getattr(req, "request_id", None)
+            if isinstance(rid, int):
+                self._send_custom(S.ack(rid, False, "internal error; see the kernel log"))
+
+    def handle_request(self, req: S.ClientMessage) -> None:
+        if isinstance(req, S.ActionRequest):
+            self._handle_action(req)
+        elif isinstance(req, S.BulkRequest):
+            self._handle_bulk(req)
+        elif isinstance(req, S.DetailRequest):
+            self._handle_detail(req)
+        else:
+            self._send_full()
+
+    def _handle_action(self, req: S.ActionRequest) -> None:
+        with self._lock:
+            known = req.task_id in self._rows
+        ok: bool
+        reason: str | None
+        if not known:
+            ok, reason = False, f"task {req.task_id!r} is not in this table"
+        else:
+            ok, reason = self._ctl.apply(req.task_id, req.action, actor="widget")
+            with self._lock:
+                self._dirty.add(req.task_id)
+            self._request_flush()
+        self._send_custom(S.ack(req.request_id, ok, reason, task_id=req.task_id, action=req.action))
+
+    def _handle_bulk(self, req: S.BulkRequest) -> None:
+        with self._lock:
+            ids = list(self._rows)
+        applied = refused = 0
+        for tid in ids:
+            allowed, _ = self._ctl.can_all(tid).get(req.action, (False, None))
+            if not allowed:
+                continue
+            ok, _ = self._ctl.apply(tid, req.action, actor="widget")
+            applied += ok
+            refused += not ok
+            with self._lock:
+                self._dirty.add(tid)
+        self._request_flush()
+        verb = {"pause": "paused", "stop": "stopped"}.get(req.action, req.action)
+        reason = f"{verb} {applied} task{'s' if applied != 1 else ''}"
+        if refused:
+            reason += f"; {refused} refused"
+        if not applied and not refused:
+            reason = f"no task can be {verb} now"
+        self._send_custom(S.ack(req.request_id, applied > 0, reason, action=req.action))
+
+    def _handle_detail(self, req: S.DetailRequest) -> None:
+        with self._lock:
+            known = req.task_id in self._rows
+        if not known:
+            self._send_custom(
+                S.ack(req.request_id, False, f"task {req.task_id!r} is not in this table")
+            )
+            return
+        records = self._ctl.logs(req.task_id, limit=DETAIL_LOG_LIMIT)
+        logs = [
+            {
+                "at": epoch_ms(getattr(r, "at", None)),
+                "stream": str(getattr(r, "stream", "")),
+                "line": str(getattr(r, "line", "")),
+                "level": getattr(r, "level", None),
+            }
+            for r in records[-DETAIL_LOG_LIMIT:]
+        ]
+        try:
+            snap = self._ctl.get(req.task_id)
+        except TaskNotFound:
+            snap = None
+        failure = snap.failure if snap is not None else None
+        self._send_custom(
+            {
+                "type": "detail",
+                "request_id": req.request_id,
+                "task_id": req.task_id,
+                "logs": logs,
+                "traceback": failure.traceback if failure is not None else None,
+                "failure": None
+                if failure is None
+                else {"kind": str(failure.kind), "message": failure.message},
+            }
+        )
+
+    def _send_full(self) -> None:
+        with self._lock:
+            rows = [dict(r) for r in self._rows.values()]
+            msg = {
+                "type": "full",
+                "seq": self._seq,
+                "rows": rows,
+                "summary": summarize(rows),
+                "at": epoch_ms(self._clock.now()),
+            }
+        self._send_custom(msg)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        """Unsubscribe from the controller and close the comm."""
+        unsubscribe = getattr(self, "_unsubscribe", None)
+        if unsubscribe is not None:
+            self._unsubscribe = None
+            try:
+                unsubscribe()
+            except Exception:
+                log.exception("unsubscribing the widget failed")
+        lock = getattr(self, "_send_lock", None)
+        if lock is None:
+            super().close()
+            return
+        with lock:
+            self._closed = True
+            super().close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+
+# --------------------------------------------------------------------------- benchmark
+
+
+def measure_update_traffic(
+    n_tasks: int = 10_000,
+    *,
+    seconds: float = 10.0,
+    tick: float = 0.02,
+    updates_per_task_per_second: float = 10.0,
+    max_rate: float = 10.0,
+) -> dict[str, float]:
+    """Benchmark hook: ``n_tasks`` tasks all reporting progress at once into one board,
+    in simulated time (a FakeClock, a recording comm, a fake controller).
+
+    Returns messages/s and bytes/s the widget sent (patches only), the mean patch size,
+    the kernel CPU seconds spent per simulated second on the widget side (event intake
+    plus flushing), and the number of events fed in.
+    """
+    from chongming_nb.notebook._fakes import FakeController, recording_comms
+    from chongming_nb.testing import FakeClock
+
+    clock = FakeClock()
+    ctl = FakeController(clock=clock)
+    ids = [ctl.add(f"task-{i}", status="running", total=1000.0).task_id for i in range(n_tasks)]
+    with recording_comms():
+        table = TaskTable(ctl, kind="board", clock=clock, max_rate=max_rate, autoflush=False)
+        table.flush(force=True)
+        base_msgs, base_bytes = table.messages_sent, table.bytes_sent
+        per_tick = max(1, int(n_tasks * updates_per_task_per_second * tick))
+        steps = int(seconds / tick)
+        cursor = 0
+        events = 0
+        cpu0 = time.process_time()
+        for _ in range(steps):
+            for _ in range(per_tick):
+                ctl.bump(ids[cursor % n_tasks], 1.0)
+                cursor += 1
+                events += 1
+            clock.advance(tick)
+            table.flush()
+        cpu = time.process_time() - cpu0
+        msgs = table.messages_sent - base_msgs
+        nbytes = table.bytes_sent - base_bytes
+        table.close()
+    return {
+        "n_tasks": float(n_tasks),
+        "simulated_seconds": seconds,
+        "events": float(events),
+        "messages_per_s": msgs / seconds,
+        "bytes_per_s": nbytes / seconds,
+        "mean_patch_bytes": nbytes / msgs if msgs else 0.0,
+        "cpu_s_per_s": cpu / seconds,
+    }
