@@ -4,6 +4,7 @@ The curated public namespace. Everything a user or a test relies on is here and 
 ``__all__`` (a test keeps the two in step).
 """
 
+from chongming_nb.control import display as _display
 from chongming_nb.control.controller import Controller
 from chongming_nb.control.handle import TaskHandle
 from chongming_nb.control.kernel import get_controller
@@ -73,6 +74,21 @@ from chongming_nb.runtime.executors import InlineExecutor, ThreadExecutor
 from chongming_nb.stores import InMemoryStore, SqliteStore, open_store
 
 __version__ = "0.1.0"
+
+
+def _bundle(ctl: object, **kw: object) -> object:
+    from chongming_nb.notebook.display import task_bundle
+
+    return task_bundle(ctl, **kw)
+
+
+def _board(ctl: object, **filters: object) -> object:
+    from chongming_nb.notebook.display import board
+
+    return board(ctl, **filters)
+
+
+_display.set_renderer(_bundle, _board)
 
 
 def load_ipython_extension(ipython: object) -> None:

@@ -1687,16 +1687,14 @@ class Controller:
 
     def board(self, **filters: Any) -> Any:
         """A live table of tasks (a widget) for the notebook."""
-        from chongming_nb.notebook.display import board
+        from chongming_nb.control import display
 
-        return board(self, **filters)
+        return display.board(self, **filters)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Any:
-        try:
-            from chongming_nb.notebook.display import task_bundle
-        except ImportError:
-            return {"text/plain": repr(self)}
-        return task_bundle(self, kind="board", title="tasks")
+        from chongming_nb.control import display
+
+        return display.bundle(self, self, kind="board", title="tasks")
 
     def __repr__(self) -> str:
         counts = {k: v for k, v in self.stats().items() if v}

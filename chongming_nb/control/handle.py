@@ -143,11 +143,9 @@ class TaskHandle:
 
     # ------------------------------------------------------------- display
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Any:
-        try:
-            from chongming_nb.notebook.display import task_bundle
-        except ImportError:
-            return {"text/plain": repr(self)}
-        return task_bundle(self._ctl, task_ids=[self.id], kind="task", title=self.name)
+        from chongming_nb.control import display
+
+        return display.bundle(self, self._ctl, task_ids=[self.id], kind="task", title=self.name)
 
     def __repr__(self) -> str:
         s = self._ctl.get(self.id)
