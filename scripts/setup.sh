@@ -112,17 +112,27 @@ fi
 if [[ "${CHONGMING_SKIP_LABEXTENSION:-}" == 1 ]]; then
     log "JupyterLab extension build skipped (CHONGMING_SKIP_LABEXTENSION=1)"
 elif [[ -f labextension/package.json ]]; then
-    ext_key="$({
-        find labextension \( -name node_modules -o -name lib -o -name .yarn \) -prune \
-            -o -type f ! -name '*.tsbuildinfo' -print0 | sort -z | xargs -0 sha256sum
-        echo "$py_key"
-        cat scripts/build_labextension.sh
-    } | sha)"
-    if [[ "${CHONGMING_FORCE_SETUP:-}" == 1 || ! -f "$STAMPS/labextension-$ext_key" ]]; then
+    ext_key() {
+        {
+            find labextension \( -name node_modules -o -name lib -o -name .yarn \) -prune \
+                -o -type f ! -name '*.tsbuildinfo' -print0 | sort -z | xargs -0 sha256sum
+            echo "$py_key"
+            cat scripts/build_labextension.sh
+        } | sha
+    }
+    # where `jupyter labextension build` writes (package.json's jupyterlab.outputDir)
+    ext_out="$("$VENV/bin/python" -c '
+import json, pathlib
+meta = json.loads(pathlib.Path("labextension/package.json").read_text())
+print(pathlib.Path("labextension", meta.get("jupyterlab", {}).get("outputDir", "")))
+')"
+    if [[ "${CHONGMING_FORCE_SETUP:-}" == 1 || ! -f "$STAMPS/labextension-$(ext_key)" ||
+        ! -f "$ext_out/package.json" ]]; then
         log "building the JupyterLab extension (scripts/build_labextension.sh)"
         CHONGMING_VENV="$VENV" bash scripts/build_labextension.sh
         rm -f "$STAMPS"/labextension-*
-        touch "$STAMPS/labextension-$ext_key"
+        # keyed after the build, which may write a lockfile
+        touch "$STAMPS/labextension-$(ext_key)"
     fi
 fi
 
