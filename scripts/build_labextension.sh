@@ -1,23 +1,92 @@
 #!/usr/bin/env bash
-# Install the JupyterLab extension's JS dependencies and build it into the Python package.
+# Build the JupyterLab extension (labextension/) into chongming_nb/labextension/, offline
+# after the first `jlpm install`, and make the venv's JupyterLab load it.
 #
-# Owned by the labextension engineer; this first version is the plumbing's placeholder.
-# Called by scripts/setup.sh whenever labextension/package.json exists and the extension's
-# sources (or this script) changed since the last successful build; CHONGMING_VENV names the
-# virtual environment to use (its bin/ has jupyter and jlpm). Must exit non-zero on failure.
+#   1. JS dependencies: `jlpm install` when node_modules is missing or older than
+#      package.json / yarn.lock (the npm registry is only needed then).
+#   2. Build: `tsc` + `jupyter-builder build` (@jupyter/builder, rspack), skipped when
+#      the stamp (a hash of labextension/src, style, package.json, yarn.lock, tsconfig,
+#      .yarnrc.yml and this script) matches the last successful build and the output
+#      exists. CHONGMING_FORCE_LABEXTENSION=1 rebuilds anyway.
+#   3. Editable installs: the venv's share/jupyter/labextensions/chongming-nb becomes a
+#      symlink to chongming_nb/labextension (what `jupyter labextension develop` does), and
+#      the server extension's config file is put in the venv's etc/jupyter when missing.
+#      A regular (non-editable) install already ships both as wheel data files.
+#
+# Called by scripts/setup.sh; CHONGMING_VENV names the virtual environment (default
+# ./.venv). Idempotent; exits non-zero on failure.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${CHONGMING_VENV:-$ROOT/.venv}"
+EXT="$ROOT/labextension"
+OUT="$ROOT/chongming_nb/labextension"
+STAMP="$OUT/.build-stamp"
+NAME="chongming-nb"
+SERVER_CONFIG="$ROOT/chongming_nb/server/config/chongming_nb.json"
+SELF="$ROOT/scripts/build_labextension.sh"
 
-if [[ ! -f "$ROOT/labextension/package.json" ]]; then
-    echo "[labextension] no labextension/package.json yet: nothing to build" >&2
+log() { echo "[labextension] $*" >&2; }
+
+if [[ ! -f "$EXT/package.json" ]]; then
+    log "no labextension/package.json: nothing to build"
     exit 0
 fi
-
 export PATH="$VENV/bin:$PATH"
-cd "$ROOT/labextension"
-echo "[labextension] installing JS dependencies (jlpm install)" >&2
-jlpm install
-echo "[labextension] building (jlpm build)" >&2
-jlpm build
+command -v jlpm >/dev/null || {
+    log "jlpm not found in $VENV/bin (is jupyterlab installed?)"
+    exit 1
+}
+
+source_hash() {
+    (
+        cd "$EXT"
+        find src style -type f -print0 | sort -z | xargs -0 sha256sum
+        sha256sum package.json yarn.lock tsconfig.json .yarnrc.yml "$SELF"
+    ) | sha256sum | cut -c1-32
+}
+
+# --- 1. dependencies ----------------------------------------------------------------------
+cd "$EXT"
+state="node_modules/.yarn-state.yml"
+if [[ ! -f "$state" || package.json -nt "$state" || (-f yarn.lock && yarn.lock -nt "$state") ]]; then
+    log "installing JS dependencies (jlpm install)"
+    jlpm install
+    touch "$state"
+fi
+
+# --- 2. build -----------------------------------------------------------------------------
+hash="$(source_hash)"
+if [[ "${CHONGMING_FORCE_LABEXTENSION:-}" != 1 && -f "$STAMP" && -f "$OUT/package.json" &&
+    "$(cat "$STAMP")" == "$hash" ]]; then
+    log "up to date ($hash)"
+else
+    log "building (tsc + jupyter-builder build)"
+    jlpm run build:lib
+    jupyter-builder build . >&2
+    [[ -f "$OUT/package.json" ]] || {
+        log "build produced no $OUT/package.json"
+        exit 1
+    }
+    echo "$hash" >"$STAMP"
+    log "built into $OUT"
+fi
+
+# --- 3. editable install wiring -----------------------------------------------------------
+prefix="$("$VENV/bin/python" -c 'import sys; print(sys.prefix)')"
+pkg_dir="$("$VENV/bin/python" -c 'import chongming_nb, os; print(os.path.dirname(chongming_nb.__file__))' 2>/dev/null || true)"
+if [[ "$pkg_dir" == "$ROOT/chongming_nb" ]]; then
+    target="$prefix/share/jupyter/labextensions/$NAME"
+    mkdir -p "$(dirname "$target")"
+    if [[ "$(readlink "$target" 2>/dev/null || true)" != "$OUT" ]]; then
+        rm -rf "$target"
+        ln -s "$OUT" "$target"
+        log "linked $target -> $OUT"
+    fi
+    conf_dir="$prefix/etc/jupyter/jupyter_server_config.d"
+    if [[ ! -f "$conf_dir/chongming_nb.json" ]]; then
+        mkdir -p "$conf_dir"
+        cp "$SERVER_CONFIG" "$conf_dir/chongming_nb.json"
+        log "enabled the server extension ($conf_dir/chongming_nb.json)"
+    fi
+fi

@@ -1,0 +1,156 @@
+/**
+ * chongming-nb: the Tasks sidebar, the status bar item and the palette commands.
+ * Everything talks to the server extension's REST API (`/chongming/api/`); no code
+ * ever runs in a kernel on the extension's behalf.
+ */
+import {
+  ILayoutRestorer,
+  JupyterFrontEnd,
+  JupyterFrontEndPlugin
+} from '@jupyterlab/application';
+import { ICommandPalette, Notification } from '@jupyterlab/apputils';
+import { INotebookTracker } from '@jupyterlab/notebook';
+import { IStatusBar } from '@jupyterlab/statusbar';
+import { LabIcon } from '@jupyterlab/ui-components';
+import { Signal } from '@lumino/signaling';
+
+import { TasksClient } from './api';
+import { ControlVerb } from './contract';
+import { TaskModel } from './model';
+import { TasksPanel } from './sidebar';
+import { TaskStatusItem } from './statusbar';
+
+export const PLUGIN_ID = 'chongming-nb:plugin';
+
+export namespace CommandIDs {
+  export const open = 'chongming:open-tasks';
+  export const refresh = 'chongming:refresh-tasks';
+  export const pauseKernel = 'chongming:pause-kernel-tasks';
+  export const stopKernel = 'chongming:stop-kernel-tasks';
+}
+
+const ICON_SVG =
+  '<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16" viewBox="0 0 24 24">' +
+  '<g class="jp-icon3" fill="#616161">' +
+  '<path d="M3 5h2v2H3zm4 0h14v2H7zM3 11h2v2H3zm4 0h14v2H7zM3 17h2v2H3zm4 0h9v2H7z"/>' +
+  '</g></svg>';
+
+export const tasksIcon = new LabIcon({ name: 'chongming-nb:tasks', svgstr: ICON_SVG });
+
+const plugin: JupyterFrontEndPlugin<void> = {
+  id: PLUGIN_ID,
+  description: 'Tasks sidebar and status bar for chongming_nb task controllers.',
+  autoStart: true,
+  optional: [ILayoutRestorer, ICommandPalette, IStatusBar, INotebookTracker],
+  activate: (
+    app: JupyterFrontEnd,
+    restorer: ILayoutRestorer | null,
+    palette: ICommandPalette | null,
+    statusBar: IStatusBar | null,
+    notebooks: INotebookTracker | null
+  ) => {
+    const client = new TasksClient();
+    const model = new TaskModel({ client });
+    const panel = new TasksPanel(model, client);
+    panel.title.icon = tasksIcon;
+    app.shell.add(panel, 'left', { rank: 600 });
+    if (restorer) {
+      restorer.add(panel, 'chongming-tasks');
+    }
+
+    // kernel id -> notebook path from JupyterLab's own session manager
+    const sessions = app.serviceManager.sessions;
+    const syncSessions = () => {
+      const map = new Map<string, string>();
+      for (const s of sessions.running()) {
+        if (s.kernel) {
+          map.set(s.kernel.id, s.path);
+        }
+      }
+      model.setSessions(map);
+    };
+    sessions.runningChanged.connect(syncSessions);
+    syncSessions();
+
+    const currentKernelId = (): string | null =>
+      notebooks?.currentWidget?.sessionContext.session?.kernel?.id ?? null;
+
+    app.commands.addCommand(CommandIDs.open, {
+      label: 'Open Tasks panel',
+      caption: 'Show every chongming_nb task of every kernel',
+      icon: tasksIcon,
+      execute: () => {
+        app.shell.activateById(panel.id);
+      }
+    });
+    app.commands.addCommand(CommandIDs.refresh, {
+      label: 'Refresh Tasks panel',
+      execute: () => model.refresh()
+    });
+
+    const sendAll = async (verb: ControlVerb, label: string) => {
+      const kernelId = currentKernelId();
+      if (!kernelId) {
+        Notification.warning('No notebook with a running kernel is active.');
+        return;
+      }
+      const sent = await model.sendToKernel(kernelId, verb);
+      Notification.info(
+        sent === 0 ? `No task of this kernel can be ${label} now.` : `Asked ${sent} task(s) to ${verb}.`,
+        { autoClose: 4000 }
+      );
+    };
+    app.commands.addCommand(CommandIDs.pauseKernel, {
+      label: 'Pause all tasks of this kernel',
+      isEnabled: () => currentKernelId() !== null,
+      execute: () => sendAll('pause', 'paused')
+    });
+    app.commands.addCommand(CommandIDs.stopKernel, {
+      label: 'Stop all tasks of this kernel',
+      isEnabled: () => currentKernelId() !== null,
+      execute: () => sendAll('stop', 'stopped')
+    });
+    if (palette) {
+      const category = 'Tasks';
+      for (const command of Object.values(CommandIDs)) {
+        palette.addItem({ command, category });
+      }
+    }
+
+    if (statusBar) {
+      const item = new TaskStatusItem(model, () => {
+        const kernelId = item.kernelId;
+        const row = model.tasks.find(t => t.kernel_id === kernelId);
+        const path = row?.notebook ?? (kernelId ? model.sessions.get(kernelId) : undefined);
+        panel.setNotebookFilter(path ?? (kernelId ? `kernel:${kernelId}` : null));
+        app.shell.activateById(panel.id);
+      });
+      const activeChanged = new Signal<TaskStatusItem, void>(item);
+      const follow = () => {
+        item.kernelId = currentKernelId();
+        activeChanged.emit();
+      };
+      if (notebooks) {
+        notebooks.currentChanged.connect(follow);
+        // a kernel restart or change keeps the widget but changes the kernel id
+        notebooks.widgetAdded.connect((_, nb) => {
+          nb.sessionContext.kernelChanged.connect(follow);
+        });
+      }
+      follow();
+      statusBar.registerStatusItem('chongming-nb:status', {
+        item,
+        align: 'left',
+        rank: 5,
+        isActive: () => item.kernelId !== null,
+        activeStateChanged: activeChanged
+      });
+    }
+
+    void model.run();
+    // mark the document for tests and tools: the extension is up
+    document.body.dataset.chongmingTasks = 'ready';
+  }
+};
+
+export default plugin;

@@ -1,0 +1,353 @@
+/**
+ * The left-sidebar Tasks panel: every task in the store, grouped by notebook, with
+ * filters, per-row Pause / Resume / Stop / Retry buttons enabled by the server's `can`
+ * flags, and a details view (attempts, traceback, logs, history).
+ */
+import { Widget } from '@lumino/widgets';
+
+import { ITasksClient, TaskDetail } from './api';
+import { ControlVerb, OCCUPIED_STATUSES, TASK_STATUSES, isTerminal } from './contract';
+import { TaskModel, describe } from './model';
+import {
+  EMPTY_FILTER,
+  RowContext,
+  TaskFilter,
+  TaskListView,
+  filterTasks,
+  groupByNotebook,
+  notebookLabel,
+  notebookOptions,
+  renderDetails
+} from './render';
+
+/** Status filter choices besides single statuses. */
+const STATUS_GROUPS: Record<string, { label: string; statuses: readonly string[] }> = {
+  '': { label: 'All statuses', statuses: [] },
+  active: {
+    label: 'Active (not finished)',
+    statuses: TASK_STATUSES.filter(s => !isTerminal(s))
+  },
+  finished: { label: 'Finished', statuses: TASK_STATUSES.filter(s => isTerminal(s)) },
+  problems: { label: 'Failed or lost', statuses: ['failed', 'lost'] }
+};
+
+export class TasksPanel extends Widget {
+  constructor(
+    readonly model: TaskModel,
+    private readonly _client: ITasksClient
+  ) {
+    super();
+    this.id = 'chongming-tasks-panel';
+    this.addClass('cm-TasksPanel');
+    this.title.caption = 'Tasks (chongming_nb)';
+    this.node.setAttribute('role', 'region');
+    this.node.setAttribute('aria-label', 'Tasks of all kernels');
+
+    const header = document.createElement('div');
+    header.className = 'cm-TasksPanel-header';
+    const title = document.createElement('h2');
+    title.className = 'cm-TasksPanel-title';
+    title.textContent = 'Tasks';
+    const refresh = document.createElement('button');
+    refresh.type = 'button';
+    refresh.className = 'cm-TasksPanel-refresh';
+    refresh.textContent = 'Refresh';
+    refresh.setAttribute('aria-label', 'Refresh the task list');
+    refresh.addEventListener('click', () => void this.model.refresh());
+    header.append(title, refresh);
+
+    const filters = document.createElement('div');
+    filters.className = 'cm-TasksPanel-filters';
+    this._statusSelect = document.createElement('select');
+    this._statusSelect.className = 'cm-Filter-status';
+    this._statusSelect.setAttribute('aria-label', 'Filter tasks by status');
+    for (const [value, group] of Object.entries(STATUS_GROUPS)) {
+      this._statusSelect.append(option(value, group.label));
+    }
+    for (const status of TASK_STATUSES) {
+      this._statusSelect.append(option(`status:${status}`, status.replace('_', ' ')));
+    }
+    this._statusSelect.addEventListener('change', () => this._onFilterChange());
+
+    this._notebookSelect = document.createElement('select');
+    this._notebookSelect.className = 'cm-Filter-notebook';
+    this._notebookSelect.setAttribute('aria-label', 'Filter tasks by notebook');
+    this._notebookSelect.addEventListener('change', () => this._onFilterChange());
+
+    this._textInput = document.createElement('input');
+    this._textInput.type = 'search';
+    this._textInput.className = 'cm-Filter-text';
+    this._textInput.placeholder = 'Filter by name or id';
+    this._textInput.setAttribute('aria-label', 'Filter tasks by name or id');
+    this._textInput.addEventListener('input', () => this._onFilterChange());
+    filters.append(this._statusSelect, this._notebookSelect, this._textInput);
+
+    this._statusLine = document.createElement('div');
+    this._statusLine.className = 'cm-TasksPanel-status';
+    this._statusLine.setAttribute('role', 'status');
+    this._statusLine.setAttribute('aria-live', 'polite');
+
+    const listNode = document.createElement('div');
+    this._list = new TaskListView(listNode);
+    this._detailsNode = document.createElement('div');
+    this._detailsNode.className = 'cm-TasksPanel-details';
+
+    this.node.append(header, filters, this._statusLine, listNode, this._detailsNode);
+    this.model.changed.connect(this._scheduleRender, this);
+    this._updateNotebookOptions();
+  }
+
+  get filter(): TaskFilter {
+    return this._filter;
+  }
+
+  /** Show only the tasks of one notebook key (see `notebookKey`), or all for null. */
+  setNotebookFilter(key: string | null): void {
+    this._filter = { ...this._filter, notebook: key };
+    this._updateNotebookOptions();
+    this._notebookSelect.value = toOptionValue(key);
+    this._scheduleRender();
+  }
+
+  /** Open the details view of a task. */
+  select(taskId: string | null): void {
+    this._selected = taskId;
+    this._detail = null;
+    this._detailVersion = -1;
+    if (taskId) {
+      void this._loadDetail(taskId);
+    }
+    this._scheduleRender();
+  }
+
+  get selected(): string | null {
+    return this._selected;
+  }
+
+  /** Draw now (used by tests and the tick). */
+  render(): void {
+    this._renderPending = false;
+    const ctx: RowContext = {
+      now: this.model.serverNow(),
+      pending: id => this.model.pending(id),
+      onVerb: (id, verb) => this._onVerb(id, verb),
+      onSelect: id => this.select(this._selected === id ? null : id),
+      selected: this._selected
+    };
+    this._updateNotebookOptions();
+    const rows = filterTasks(this.model.tasks, this._filter);
+    this._list.update(groupByNotebook(rows), ctx);
+    const total = this.model.tasks.length;
+    let line = `${rows.length} of ${total} tasks`;
+    if (!this.model.loaded && this.model.error === null) {
+      line = 'Loading tasks…';
+    }
+    if (this.model.error !== null) {
+      line = `Cannot reach the task store: ${this.model.error}`;
+      this._statusLine.classList.add('cm-mod-error');
+    } else {
+      this._statusLine.classList.remove('cm-mod-error');
+    }
+    if (this._statusLine.textContent !== line) {
+      this._statusLine.textContent = line;
+    }
+    this._renderDetails();
+  }
+
+  protected onAfterShow(): void {
+    this._startTicker();
+    this.render();
+  }
+
+  protected onAfterAttach(): void {
+    this._startTicker();
+    this.render();
+  }
+
+  protected onBeforeHide(): void {
+    this._stopTicker();
+  }
+
+  protected onBeforeDetach(): void {
+    this._stopTicker();
+  }
+
+  dispose(): void {
+    this._stopTicker();
+    this.model.changed.disconnect(this._scheduleRender, this);
+    super.dispose();
+  }
+
+  private _onFilterChange(): void {
+    const choice = this._statusSelect.value;
+    let statuses: readonly string[] = [];
+    if (choice.startsWith('status:')) {
+      statuses = [choice.slice('status:'.length)];
+    } else {
+      statuses = STATUS_GROUPS[choice]?.statuses ?? [];
+    }
+    this._filter = {
+      statuses: new Set(statuses),
+      notebook: fromOptionValue(this._notebookSelect.value),
+      text: this._textInput.value
+    };
+    this._scheduleRender();
+  }
+
+  private _onVerb(taskId: string, verb: ControlVerb): void {
+    void this.model.send(taskId, verb).then(() => {
+      if (this._selected === taskId) {
+        void this._loadDetail(taskId);
+      }
+    });
+  }
+
+  private _updateNotebookOptions(): void {
+    const options = notebookOptions(this.model.tasks);
+    if (this._filter.notebook !== null && !options.some(o => o.key === this._filter.notebook)) {
+      options.push({ key: this._filter.notebook, label: notebookLabel(this._filter.notebook) });
+    }
+    const signature = options.map(o => `${o.key}\u0001${o.label}`).join('\u0002');
+    if (signature === this._notebookSignature) {
+      return;
+    }
+    this._notebookSignature = signature;
+    const nodes = [option(ALL_NOTEBOOKS, 'All notebooks')];
+    for (const o of options) {
+      nodes.push(option(toOptionValue(o.key), o.label));
+    }
+    this._notebookSelect.replaceChildren(...nodes);
+    this._notebookSelect.value = toOptionValue(this._filter.notebook);
+  }
+
+  private _scheduleRender(): void {
+    if (this._renderPending || this.isDisposed) {
+      return;
+    }
+    this._renderPending = true;
+    requestAnimationFrame(() => {
+      if (!this.isDisposed) {
+        this.render();
+      }
+    });
+  }
+
+  private _startTicker(): void {
+    if (this._ticker !== null) {
+      return;
+    }
+    this._ticker = window.setInterval(() => {
+      if (this.isVisible && this.model.tasks.some(t => isOccupied(t.status))) {
+        this._scheduleRender();
+      }
+    }, 1000);
+  }
+
+  private _stopTicker(): void {
+    if (this._ticker !== null) {
+      window.clearInterval(this._ticker);
+      this._ticker = null;
+    }
+  }
+
+  private async _loadDetail(taskId: string): Promise<void> {
+    const row = this.model.task(taskId);
+    this._detailVersion = row ? row.status_version : -1;
+    this._detailProgress = row ? JSON.stringify(row.progress) : '';
+    this._detailLoadedAt = Date.now();
+    try {
+      const detail = await this._client.task(taskId);
+      if (this._selected === taskId) {
+        this._detail = detail;
+        this._detailError = null;
+        this._detailDrawn = null;
+      }
+    } catch (error) {
+      if (this._selected === taskId) {
+        this._detailError = describe(error);
+        this._detailDrawn = null;
+      }
+    }
+    this._scheduleRender();
+  }
+
+  private _renderDetails(): void {
+    const id = this._selected;
+    if (id === null) {
+      if (this._detailsNode.childElementCount > 0) {
+        this._detailsNode.replaceChildren();
+      }
+      this._detailDrawn = null;
+      return;
+    }
+    const row = this.model.task(id);
+    // refresh the details when the task changed (status, progress: logs grow with it)
+    if (
+      row &&
+      (row.status_version !== this._detailVersion ||
+        JSON.stringify(row.progress) !== this._detailProgress) &&
+      Date.now() - this._detailLoadedAt > 500
+    ) {
+      void this._loadDetail(id);
+    }
+    if (this._detailError !== null) {
+      const p = document.createElement('p');
+      p.className = 'cm-Details-error';
+      p.textContent = `Cannot load task ${id}: ${this._detailError}`;
+      this._detailsNode.replaceChildren(p);
+      return;
+    }
+    if (this._detail === null || this._detail === this._detailDrawn) {
+      return;
+    }
+    // the row in the model may be newer than the detail's own copy
+    const detail: TaskDetail = row ? { ...this._detail, task: row } : this._detail;
+    this._detailsNode.replaceChildren(
+      renderDetails(detail, {
+        onVerb: (taskId, verb) => this._onVerb(taskId, verb),
+        onClose: () => this.select(null)
+      })
+    );
+    this._detailDrawn = this._detail;
+  }
+
+  private _filter: TaskFilter = EMPTY_FILTER;
+  private _statusSelect: HTMLSelectElement;
+  private _notebookSelect: HTMLSelectElement;
+  private _textInput: HTMLInputElement;
+  private _statusLine: HTMLElement;
+  private _list: TaskListView;
+  private _detailsNode: HTMLElement;
+  private _selected: string | null = null;
+  private _detail: TaskDetail | null = null;
+  private _detailDrawn: TaskDetail | null = null;
+  private _detailError: string | null = null;
+  private _detailVersion = -1;
+  private _detailProgress = '';
+  private _detailLoadedAt = 0;
+  private _notebookSignature = '';
+  private _renderPending = false;
+  private _ticker: number | null = null;
+}
+
+// the "no live kernel" group has the empty key, so "all" needs a value of its own
+const ALL_NOTEBOOKS = '*';
+
+function toOptionValue(key: string | null): string {
+  return key === null ? ALL_NOTEBOOKS : `nb:${key}`;
+}
+
+function fromOptionValue(value: string): string | null {
+  return value.startsWith('nb:') ? value.slice(3) : null;
+}
+
+function option(value: string, label: string): HTMLOptionElement {
+  const node = document.createElement('option');
+  node.value = value;
+  node.textContent = label;
+  return node;
+}
+
+function isOccupied(status: string): boolean {
+  return (OCCUPIED_STATUSES as readonly string[]).includes(status);
+}
