@@ -1,0 +1,1 @@
+"""The ``chongming`` command line (see ``chongming_nb.cli.main`` and docs/cli.md)."""

@@ -1,0 +1,574 @@
+"""``chongming``: inspect and control tasks from a shell, through the shared store.
+
+The CLI reads the same store as the kernels (SQLite file or PostgreSQL). Control verbs
+are written to the store's command queue; the kernel that owns the task claims the
+command, applies it and records the outcome, which the CLI waits for. The CLI accepts
+task ids and verbs only; it never imports or runs user code.
+
+Exit codes (also in docs/cli.md):
+
+0  success (for a control verb: the owner applied it; with --no-wait: it was queued)
+1  unexpected internal error
+2  usage error, or no task with the given id
+3  the verb is not allowed in the task's current status, or the owner rejected it
+4  the store cannot be opened or read (missing, corrupt, newer schema, unreachable)
+5  the command was queued but no owner applied it within --wait seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import math
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import fields, is_dataclass
+from datetime import UTC, datetime
+from enum import Enum
+from typing import Any, TextIO
+
+from chongming_nb.core.errors import ConfigurationError, StoreError
+from chongming_nb.core.models import Command, CommandState, TaskSnapshot
+from chongming_nb.core.state_machine import StateMachine
+from chongming_nb.core.states import TERMINAL, TaskStatus
+from chongming_nb.stores import TaskQuery, TaskStore, default_store_path, open_store
+
+__all__ = [
+    "EXIT_ILLEGAL",
+    "EXIT_INTERNAL",
+    "EXIT_OK",
+    "EXIT_STORE",
+    "EXIT_TIMEOUT",
+    "EXIT_USAGE",
+    "main",
+]
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_USAGE = 2
+EXIT_ILLEGAL = 3
+EXIT_STORE = 4
+EXIT_TIMEOUT = 5
+
+CONTROL_VERBS = ("stop", "pause", "resume", "retry", "skip")
+
+
+class _WallClock:
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+class CliError(Exception):
+    """An error with an exit code; its message goes to stderr."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# ------------------------------------------------------------------ rendering
+
+
+def clean(value: object) -> str:
+    """Text safe for a terminal: control characters (ANSI escapes, CR, NUL...) are shown
+    as escapes instead of being interpreted."""
+    text = "" if value is None else str(value)
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if ch.isprintable() or ch == " ":
+            out.append(ch)
+        else:
+            out.append(ch.encode("unicode_escape").decode("ascii"))
+    return "".join(out)
+
+
+def to_jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_jsonable(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (frozenset, set)):
+        return sorted(to_jsonable(v) for v in value)
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    return str(value)
+
+
+def _when(d: datetime | None) -> str:
+    return "-" if d is None else d.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _progress(s: TaskSnapshot) -> str:
+    p = s.progress
+    if p is None:
+        return "-"
+    frac = p.fraction
+    unit = f" {p.unit}" if p.unit else ""
+    total = "?" if p.total is None else f"{p.total:g}"
+    pct = "" if frac is None else f" ({frac:.0%})"
+    return f"{p.done:g}/{total}{unit}{pct}"
+
+
+def _table(rows: Sequence[Sequence[str]], header: Sequence[str], out: TextIO) -> None:
+    cells = [[clean(c) for c in header]] + [[clean(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    for r in cells:
+        out.write("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n")
+
+
+# ------------------------------------------------------------------- commands
+
+
+class Cli:
+    def __init__(self, args: argparse.Namespace, out: TextIO, err: TextIO) -> None:
+        self.args = args
+        self.out = out
+        self.err = err
+        self._store: TaskStore | None = None
+
+    @property
+    def store(self) -> TaskStore:
+        if self._store is None:
+            target = self.args.store or default_store_path()
+            try:
+                self._store = open_store(target)
+            except StoreError as exc:
+                raise CliError(EXIT_STORE, f"cannot open store {target}: {exc}") from exc
+        return self._store
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+
+    def emit_json(self, value: Any) -> None:
+        json.dump(to_jsonable(value), self.out, indent=2, ensure_ascii=False)
+        self.out.write("\n")
+
+    def task(self, task_id: str) -> TaskSnapshot:
+        snap = self.store.get(task_id)
+        if snap is None:
+            raise CliError(EXIT_USAGE, f"no task with id {clean(task_id)!r} in {self.store.url}")
+        return snap
+
+    # ------------------------------------------------------------- reading
+    def cmd_ps(self) -> int:
+        a = self.args
+        statuses: frozenset[TaskStatus] | None = None
+        if a.status:
+            try:
+                statuses = frozenset(TaskStatus(s) for s in a.status)
+            except ValueError as exc:
+                known = ", ".join(s.value for s in TaskStatus)
+                raise CliError(EXIT_USAGE, f"{exc}; known statuses: {known}") from exc
+        elif a.active:
+            statuses = frozenset(s for s in TaskStatus if s not in TERMINAL)
+        q = TaskQuery(
+            status=statuses,
+            tag=a.tag,
+            name_prefix=a.name,
+            pipeline_run_id=a.run,
+            limit=None if a.limit <= 0 else a.limit,
+        )
+        snaps = self.store.query(q)
+        if a.json:
+            self.emit_json(snaps)
+            return EXIT_OK
+        rows = [
+            (
+                s.task_id,
+                s.name,
+                s.status.value,
+                f"{s.attempt}/{s.max_attempts}",
+                _progress(s),
+                _when(s.created_at),
+                s.lease_owner or "-",
+            )
+            for s in snaps
+        ]
+        _table(rows, ("ID", "NAME", "STATUS", "ATTEMPT", "PROGRESS", "CREATED", "OWNER"), self.out)
+        if not snaps:
+            self.out.write("(no tasks)\n")
+        return EXIT_OK
+
+    def cmd_status(self) -> int:
+        s = self.task(self.args.task_id)
+        if self.args.json:
+            self.emit_json(s)
+            return EXIT_OK
+        lines: list[tuple[str, Any]] = [
+            ("id", s.task_id),
+            ("name", s.name),
+            ("status", s.status.value),
+            ("version", s.status_version),
+            ("requested", s.requested_action.value if s.requested_action else "-"),
+            ("attempt", f"{s.attempt}/{s.max_attempts}"),
+            ("progress", _progress(s)),
+            ("message", s.progress.message if s.progress and s.progress.message else "-"),
+            ("created", _when(s.created_at)),
+            ("started", _when(s.started_at)),
+            ("ended", _when(s.ended_at)),
+            ("heartbeat", _when(s.last_heartbeat_at)),
+            ("owner", s.lease_owner or "-"),
+            ("executor", s.executor or "-"),
+            ("pid", s.pid if s.pid is not None else "-"),
+            ("pipeline run", s.pipeline_run_id or "-"),
+            ("tags", ", ".join(sorted(s.tags)) or "-"),
+            ("deps", ", ".join(s.deps) or "-"),
+        ]
+        if s.failure is not None:
+            lines.append(("failure", f"{s.failure.kind.value}: {s.failure.message}"))
+        width = max(len(k) for k, _ in lines)
+        for k, v in lines:
+            self.out.write(f"{k.ljust(width)}  {clean(v)}\n")
+        return EXIT_OK
+
+    def cmd_logs(self) -> int:
+        self.task_or_history(self.args.task_id)
+        since = _parse_time(self.args.since) if self.args.since else None
+        recs = self.store.logs(self.args.task_id, limit=self.args.limit or None, since=since)
+        if self.args.json:
+            self.emit_json(recs)
+            return EXIT_OK
+        for r in recs:
+            level = f" {r.level}" if r.level else ""
+            self.out.write(f"{_when(r.at)} [{clean(r.stream)}{clean(level)}] {clean(r.line)}\n")
+        return EXIT_OK
+
+    def cmd_events(self) -> int:
+        self.task_or_history(self.args.task_id)
+        types = frozenset(self.args.type) if self.args.type else None
+        evs = self.store.events(self.args.task_id, types=types, limit=self.args.limit or None)
+        hist = self.store.history(self.args.task_id)
+        if self.args.json:
+            self.emit_json({"transitions": hist, "events": evs})
+            return EXIT_OK
+        self.out.write("transitions:\n")
+        _table(
+            [
+                (
+                    str(t.version),
+                    _when(t.at),
+                    f"{t.from_status.value} -> {t.to_status.value}",
+                    t.trigger,
+                    t.actor,
+                    t.reason or "",
+                )
+                for t in hist
+            ],
+            ("V", "AT", "CHANGE", "TRIGGER", "ACTOR", "REASON"),
+            self.out,
+        )
+        if evs:
+            self.out.write("events:\n")
+            _table(
+                [(_when(e.at), e.type, json.dumps(to_jsonable(e.payload))) for e in evs],
+                ("AT", "TYPE", "PAYLOAD"),
+                self.out,
+            )
+        return EXIT_OK
+
+    def cmd_attempts(self) -> int:
+        self.task_or_history(self.args.task_id)
+        atts = self.store.attempts(self.args.task_id)
+        if self.args.json:
+            self.emit_json(atts)
+            return EXIT_OK
+        rows = [
+            (
+                str(a.attempt),
+                _when(a.started_at),
+                _when(a.ended_at),
+                "-" if a.duration is None else f"{a.duration.total_seconds():.3f}s",
+                a.outcome.value if a.outcome else "-",
+                a.failure_kind.value if a.failure_kind else "-",
+                a.failure_message or "",
+            )
+            for a in atts
+        ]
+        _table(
+            rows, ("#", "STARTED", "ENDED", "DURATION", "OUTCOME", "FAILURE", "MESSAGE"), self.out
+        )
+        if not atts:
+            self.out.write("(no attempts)\n")
+        return EXIT_OK
+
+    def task_or_history(self, task_id: str) -> None:
+        """Unknown id -> exit 2, unless the task was pruned but its history remains."""
+        if self.store.get(task_id) is None and not self.store.history(task_id):
+            raise CliError(EXIT_USAGE, f"no task with id {clean(task_id)!r} in {self.store.url}")
+
+    def cmd_export(self) -> int:
+        from chongming_nb.frames import attempts_frame, snapshots_frame, transitions_frame
+
+        a = self.args
+        snaps = self.store.query(TaskQuery(order="oldest"))
+        names = {s.task_id: s.name for s in snaps}
+        if a.what == "tasks":
+            df = snapshots_frame(snaps)
+        elif a.what == "attempts":
+            df = attempts_frame([r for s in snaps for r in self.store.attempts(s.task_id)], names)
+        else:
+            df = transitions_frame([t for s in snaps for t in self.store.history(s.task_id)], names)
+        out_path = a.out
+        parent = os.path.dirname(os.path.abspath(out_path))
+        if not os.path.isdir(parent):
+            raise CliError(EXIT_USAGE, f"--out {out_path}: directory {parent} does not exist")
+        try:
+            if a.format == "csv":
+                df.to_csv(out_path, index=False)
+            elif a.format == "json":
+                df.to_json(out_path, orient="records", date_format="iso", indent=1)
+            else:
+                df.to_parquet(out_path, index=False)
+        except OSError as exc:
+            raise CliError(EXIT_USAGE, f"cannot write {out_path}: {exc}") from exc
+        summary = {"rows": len(df), "what": a.what, "format": a.format, "out": out_path}
+        if a.json:
+            self.emit_json(summary)
+        else:
+            self.out.write(f"wrote {len(df)} {a.what} rows to {clean(out_path)} ({a.format})\n")
+        return EXIT_OK
+
+    # ------------------------------------------------------------- control
+    def cmd_control(self) -> int:
+        a = self.args
+        verb: str = a.command
+        snap = self.task(a.task_id)
+        force = bool(getattr(a, "force", False))
+        try:
+            ok, why = StateMachine(_WallClock()).can(snap, verb, force=force)
+        except ConfigurationError as exc:  # pragma: no cover - verbs are fixed by argparse
+            raise CliError(EXIT_USAGE, str(exc)) from exc
+        if not ok:
+            raise CliError(EXIT_ILLEGAL, f"cannot {verb} task {clean(snap.task_id)}: {why}")
+        args: dict[str, Any] = {}
+        if verb == "stop":
+            args["graceful"] = not a.no_graceful
+            if a.timeout is not None:
+                args["timeout"] = a.timeout
+        elif verb == "pause" and a.timeout is not None:
+            args["timeout"] = a.timeout
+        elif verb == "retry":
+            args["force"] = force
+        elif verb == "skip" and a.reason:
+            args["reason"] = a.reason
+        command = Command(
+            command_id=uuid.uuid4().hex,
+            task_id=snap.task_id,
+            verb=verb,
+            args=args,
+            actor=f"cli:{_user()}",
+            created_at=datetime.now(UTC),
+        )
+        self.store.submit_command(command)
+        if a.no_wait:
+            return self._report(command, "queued", EXIT_OK)
+        deadline = time.monotonic() + max(0.0, a.wait)
+        delay = 0.02
+        while True:
+            got = self.store.get_command(command.command_id)
+            if got is not None and got.state in (CommandState.DONE, CommandState.REJECTED):
+                code = EXIT_OK if got.state is CommandState.DONE else EXIT_ILLEGAL
+                return self._report(got, got.state.value, code)
+            if time.monotonic() >= deadline:
+                owner = snap.lease_owner or "no owner recorded"
+                return self._report(
+                    got or command,
+                    "timeout",
+                    EXIT_TIMEOUT,
+                    note=(
+                        f"not applied within {a.wait:g}s (owner: {owner}); the command "
+                        "stays queued and will be applied when the owner claims it"
+                    ),
+                )
+            time.sleep(delay)
+            delay = min(0.1, delay * 1.5)
+
+    def _report(self, command: Command, result: str, code: int, note: str | None = None) -> int:
+        after = self.store.get(command.task_id)
+        status = after.status.value if after else None
+        if self.args.json:
+            self.emit_json(
+                {
+                    "command_id": command.command_id,
+                    "task_id": command.task_id,
+                    "verb": command.verb,
+                    "result": result,
+                    "outcome": command.outcome,
+                    "status": status,
+                    "note": note,
+                }
+            )
+        else:
+            stream = self.out if code == EXIT_OK else self.err
+            outcome = ""
+            if command.outcome:
+                msg = command.outcome.get("message") or command.outcome.get("error")
+                outcome = f": {msg}" if msg else f": {json.dumps(to_jsonable(command.outcome))}"
+            stream.write(
+                f"{command.verb} {clean(command.task_id)}: {result}{clean(outcome)}"
+                f" (status now {status or 'unknown'})\n"
+            )
+            if note:
+                stream.write(f"{note}\n")
+        return code
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:
+        return str(os.getuid()) if hasattr(os, "getuid") else "unknown"
+
+
+def _parse_time(text: str) -> datetime:
+    try:
+        d = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise CliError(EXIT_USAGE, f"--since {text!r} is not an ISO-8601 time") from exc
+    return d.replace(tzinfo=UTC) if d.tzinfo is None else d
+
+
+# -------------------------------------------------------------------- parser
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # exit 2 with our wording, never SystemExit
+        raise CliError(EXIT_USAGE, f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="chongming",
+        description="Inspect and control chongming_nb tasks through the shared store.",
+        epilog="Exit codes: 0 ok, 1 internal error, 2 usage / unknown id, 3 verb not "
+        "allowed or rejected, 4 store error, 5 not applied within --wait.",
+    )
+    p.add_argument(
+        "--store",
+        help="store URL or path (default: $CHONGMING_STORE, else "
+        "<jupyter data dir>/chongming/tasks.db)",
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable JSON output")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    ps = sub.add_parser("ps", help="list tasks, newest first")
+    ps.add_argument("--status", action="append", help="only this status (repeatable)")
+    ps.add_argument("--active", action="store_true", help="only non-terminal tasks")
+    ps.add_argument("--tag")
+    ps.add_argument("--name", help="name prefix")
+    ps.add_argument("--run", help="pipeline run id")
+    ps.add_argument("--limit", type=int, default=50, help="at most N rows (0: all)")
+
+    st = sub.add_parser("status", help="one task in detail")
+    st.add_argument("task_id")
+
+    for verb, text in (
+        ("stop", "stop a task (gracefully by default)"),
+        ("pause", "pause a task at its next checkpoint"),
+        ("resume", "resume a paused task"),
+        ("retry", "retry a failed/stopped/cancelled/lost task"),
+        ("skip", "skip a task that has not run"),
+    ):
+        c = sub.add_parser(verb, help=text)
+        c.add_argument("task_id")
+        c.add_argument("--wait", type=float, default=5.0, help="seconds to wait (default 5)")
+        c.add_argument("--no-wait", action="store_true", help="queue the command and return")
+        if verb == "stop":
+            c.add_argument(
+                "--no-graceful", action="store_true", help="do not wait for a checkpoint"
+            )
+            c.add_argument("--timeout", type=float, help="grace window in seconds")
+        if verb == "pause":
+            c.add_argument("--timeout", type=float, help="seconds to reach a checkpoint")
+        if verb == "retry":
+            c.add_argument("--force", action="store_true", help="grant one more attempt")
+        if verb == "skip":
+            c.add_argument("--reason")
+
+    lg = sub.add_parser("logs", help="captured output of a task")
+    lg.add_argument("task_id")
+    lg.add_argument("--limit", type=int, default=0, help="only the last N lines")
+    lg.add_argument("--since", help="only lines after this ISO-8601 time")
+
+    ev = sub.add_parser("events", help="transitions and events of a task")
+    ev.add_argument("task_id")
+    ev.add_argument("--type", action="append", help="only this event type (repeatable)")
+    ev.add_argument("--limit", type=int, default=0, help="only the last N events")
+
+    at = sub.add_parser("attempts", help="the attempts of a task")
+    at.add_argument("task_id")
+
+    ex = sub.add_parser("export", help="write tasks, attempts or transitions to a file")
+    ex.add_argument("--format", choices=("csv", "json", "parquet"), required=True)
+    ex.add_argument("--out", required=True, help="output file")
+    ex.add_argument(
+        "--what", choices=("tasks", "attempts", "transitions"), default="tasks", help="table"
+    )
+    return p
+
+
+_HANDLERS: dict[str, Callable[[Cli], int]] = {
+    "ps": Cli.cmd_ps,
+    "status": Cli.cmd_status,
+    "logs": Cli.cmd_logs,
+    "events": Cli.cmd_events,
+    "attempts": Cli.cmd_attempts,
+    "export": Cli.cmd_export,
+    **dict.fromkeys(CONTROL_VERBS, Cli.cmd_control),
+}
+
+
+def main(
+    argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
+    """Run the CLI; returns the exit code (the console script exits with it)."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    cli: Cli | None = None
+    try:
+        try:
+            args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+        except SystemExit as exc:  # --help / --version
+            return int(exc.code or 0) if isinstance(exc.code, int) else EXIT_OK
+        cli = Cli(args, out, err)
+        return _HANDLERS[args.command](cli)
+    except CliError as exc:
+        err.write(f"chongming: {exc}\n")
+        return exc.code
+    except StoreError as exc:
+        err.write(f"chongming: store error: {exc}\n")
+        return EXIT_STORE
+    except BrokenPipeError:  # pragma: no cover - `chongming ps | head`
+        return EXIT_OK
+    except Exception as exc:
+        err.write(f"chongming: internal error: {type(exc).__name__}: {exc}\n")
+        return EXIT_INTERNAL
+    finally:
+        if cli is not None:
+            cli.close()
+
+
+def entry() -> None:  # pragma: no cover - console script wrapper
+    sys.exit(main())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
