@@ -267,6 +267,10 @@ class Controller:
 
             store = open_store(str(store))
         self._store = store
+        from chongming_nb.control.persistence import StoreLink
+
+        self._link = StoreLink(self, store)
+        self._link.beat_owner()
 
     @property
     def store(self) -> Any:
@@ -483,6 +487,9 @@ class Controller:
                 self._tasks[d].dependants.append(task_id)
             if self._store is not None:
                 self._outbox.append(("create", snap))
+                call = _recorded_call(task_id, now, args, kwargs)
+                if call is not None:
+                    self._outbox.append(call)
             self._outbox.append(
                 TaskCreated(event_id=self._new_event_id(), at=now, task_id=task_id, snapshot=snap)
             )
@@ -1001,7 +1008,11 @@ class Controller:
             self._flush_outbox()
             self._pump()
             if self._store is not None:
-                self._poll_commands()
+                try:
+                    self._link.tick(self._clock.monotonic())
+                except Exception:
+                    self.persist_failures += 1
+                    log.exception("store tick failed")
 
     def _sample_heartbeats(self, now: float) -> None:
         for t in self._tasks.values():
@@ -1660,14 +1671,37 @@ class Controller:
         store = self._store
         if store is None:
             return
+        from chongming_nb.control.persistence import write_batch
+
         try:
-            _write_batch(store, batch)
+            self.persist_failures += write_batch(store, batch)
         except Exception:
             self.persist_failures += 1
             log.exception("store write failed; the task goes on")
 
-    def _poll_commands(self) -> None:
-        pass  # wired when the store lands
+    def reconcile(self, on_orphan: str = "fail") -> dict[str, list[str]]:
+        """Settle tasks in the store whose owner is gone or whose lease expired:
+        ``fail`` (default) -> LOST; ``requeue`` -> run again here when registered by
+        name with a recorded call; ``manual`` -> only report them."""
+        if self._store is None:
+            raise ConfigurationError("reconcile() needs a controller with a store")
+        return self._link.reconcile(on_orphan)
+
+    def verify(self, task_id: Any) -> tuple[bool, str]:
+        """Replay the task's transitions (from the store when there is one) and check
+        that they rebuild its snapshot."""
+        from chongming_nb.control.persistence import verify
+
+        tid = getattr(task_id, "id", task_id)
+        if self._store is not None:
+            self.flush()
+            snap = self._store.get(tid)
+            if snap is None:
+                raise TaskNotFound(str(tid))
+            return verify(self._store.history(tid), snap)
+        with self._lock:
+            t = self._task(tid)
+            return verify(list(t.history), t.snap)
 
     # --------------------------------------------------------------- lifecycle
 
@@ -1763,35 +1797,22 @@ def _status_set(status: Any) -> frozenset[TaskStatus] | None:
         ) from None
 
 
-def _write_batch(store: Any, batch: list[Any]) -> None:
-    saves: list[tuple[TaskSnapshot, int]] = []
-    trs: list[Transition] = []
+def _recorded_call(task_id: str, now: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A TaskCall record when the arguments are plain JSON (so ``reconcile(requeue)`` can
+    run the task again by name); None otherwise. A name and data, never code."""
+    import json
 
-    def flush_saves() -> None:
-        if saves:
-            store.save_many(list(saves), list(trs))
-            saves.clear()
-            trs.clear()
+    from chongming_nb.stores.protocol import EventRecord
 
-    for item in batch:
-        if isinstance(item, Event) or not isinstance(item, tuple):
-            continue
-        op = item[0]
-        if op == "save":
-            saves.append((item[1], item[2]))
-            trs.append(item[3])
-            continue
-        flush_saves()
-        if op == "create":
-            store.create(item[1])
-        elif op == "attempt":
-            store.save_attempt(item[1])
-        elif op == "touch":
-            store.touch(item[1], progress=item[2])
-        elif op == "beat":
-            store.touch(item[1], heartbeat_at=item[2])
-        elif op == "log":
-            store.append_logs(item[1], [item[2]])
-        elif op == "clear_attempts":
-            store.clear_attempts(item[1])
-    flush_saves()
+    try:
+        json.dumps([list(args), kwargs])
+    except (TypeError, ValueError):
+        return None
+    rec = EventRecord(
+        event_id=f"call-{task_id}",
+        task_id=task_id,
+        at=now,
+        type="TaskCall",
+        payload={"args": list(args), "kwargs": kwargs},
+    )
+    return ("record", rec)

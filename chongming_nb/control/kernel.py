@@ -45,7 +45,10 @@ def get_controller(store: Any = None, **kwargs: Any) -> Controller:
 
                 store = default_store_path()
             kwargs.setdefault("owner", owner_id())
-            _controller = Controller(store=store, **kwargs)
+            ctl = Controller(store=store, **kwargs)
+            # tasks left behind by a dead kernel become LOST (never silently re-run)
+            ctl.reconcile("fail")
+            _controller = ctl
         elif store is not None or kwargs:
             raise RuntimeError(
                 "the kernel-wide controller already exists; create your own "

@@ -1,0 +1,417 @@
+"""The controller's link to a durable store: group-committed write-through, the command
+dispatcher, owner heartbeats and leases, start-up reconciliation and verification.
+
+Write-ahead order: the recorder thread commits a batch (snapshots, transitions,
+attempts, events) in one transaction *before* any of its events is published, so a
+subscriber never sees a change the store does not have.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Sequence
+from dataclasses import asdict, is_dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from chongming_nb.core.errors import ConfigurationError
+from chongming_nb.core.events import (
+    AdminOverride,
+    AttemptFailed,
+    CompensationRan,
+    Event,
+    PipelineRunStatusChanged,
+    TaskOutput,
+    TaskWarning,
+)
+from chongming_nb.core.models import (
+    AttemptRecord,
+    CommandState,
+    TaskSnapshot,
+    Transition,
+)
+from chongming_nb.core.state_machine import StateMachine, replay
+from chongming_nb.core.states import NON_TERMINAL, TaskStatus
+from chongming_nb.stores.protocol import EventRecord, OwnerRecord, TaskQuery, Touch
+
+if TYPE_CHECKING:
+    from chongming_nb.control.controller import Controller
+
+log = logging.getLogger("chongming_nb.persistence")
+
+#: Events worth keeping in the store's event table (progress, heartbeats and log lines
+#: have their own channels).
+DURABLE_EVENTS: tuple[type[Event], ...] = (
+    AttemptFailed,
+    TaskWarning,
+    TaskOutput,
+    AdminOverride,
+    CompensationRan,
+    PipelineRunStatusChanged,
+)
+
+#: How long a lease lasts, and how often the owner renews it.
+LEASE_SECONDS = 60.0
+RENEW_EVERY = 10.0
+OWNER_BEAT_EVERY = 2.0
+#: An owner whose heartbeat is older than this is considered gone.
+OWNER_GONE_AFTER = 30.0
+COMMAND_LEASE_SECONDS = 10.0
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_jsonable(v) for v in value]
+    if is_dataclass(value) and not isinstance(value, type):
+        return _jsonable(asdict(value))
+    return repr(value)
+
+
+def event_record(ev: Event) -> EventRecord:
+    payload = {
+        k: _jsonable(getattr(ev, k))
+        for k in getattr(ev, "__dataclass_fields__", {})
+        if k not in ("event_id", "at", "task_id")
+    }
+    return EventRecord(
+        event_id=ev.event_id, task_id=ev.task_id, at=ev.at, type=ev.type, payload=payload
+    )
+
+
+def write_batch(store: Any, batch: Sequence[Any]) -> int:
+    """Write one recorder batch; returns how many writes failed (0 when all landed)."""
+    items: list[tuple[TaskSnapshot, int | None]] = []
+    transitions: list[Transition] = []
+    attempts: dict[tuple[str, int], AttemptRecord] = {}
+    events: list[EventRecord] = []
+    touches: list[Touch] = []
+    logs: dict[str, list[Any]] = {}
+    clears: list[str] = []
+    for item in batch:
+        if isinstance(item, Event):
+            if isinstance(item, DURABLE_EVENTS):
+                events.append(event_record(item))
+            continue
+        op = item[0]
+        if op == "create":
+            items.append((item[1], None))
+        elif op == "save":
+            items.append((item[1], item[2]))
+            transitions.append(item[3])
+        elif op == "attempt":
+            rec: AttemptRecord = item[1]
+            attempts[(rec.task_id, rec.attempt)] = rec
+        elif op == "touch":
+            touches.append(Touch(task_id=item[1], progress=item[2]))
+        elif op == "beat":
+            touches.append(Touch(task_id=item[1], heartbeat_at=item[2]))
+        elif op == "lease":
+            touches.append(Touch(task_id=item[1], lease_owner=item[2], lease_until=item[3]))
+        elif op == "log":
+            logs.setdefault(item[1], []).append(item[2])
+        elif op == "clear_attempts":
+            clears.append(item[1])
+        elif op == "record":
+            events.append(item[1])
+    failures = 0
+    if items or transitions or attempts or events:
+        try:
+            store.save_many(items, transitions, attempts=list(attempts.values()), events=events)
+        except Exception:
+            log.exception("group commit of %d snapshots failed; writing one by one", len(items))
+            failures += _one_by_one(store, items, transitions, list(attempts.values()), events)
+    for tid in clears:
+        try:
+            store.clear_attempts(tid)
+        except Exception:
+            failures += 1
+    for tid, lines in logs.items():
+        try:
+            store.append_logs(tid, lines)
+        except Exception:
+            failures += 1
+    if touches:
+        try:
+            store.touch_many(touches)
+        except Exception:
+            failures += 1
+    return failures
+
+
+def _one_by_one(
+    store: Any,
+    items: list[tuple[TaskSnapshot, int | None]],
+    transitions: list[Transition],
+    attempts: list[AttemptRecord],
+    events: list[EventRecord],
+) -> int:
+    failures = 0
+    for snap, expect in items:
+        try:
+            if expect is None:
+                store.create(snap)
+            else:
+                store.save(snap, expect_version=expect)
+        except Exception:
+            failures += 1
+    for tr in transitions:
+        try:
+            store.append(tr)
+        except Exception:
+            failures += 1
+    for rec in attempts:
+        try:
+            store.save_attempt(rec)
+        except Exception:
+            failures += 1
+    try:
+        store.append_events(events)
+    except Exception:
+        failures += 1
+    return failures
+
+
+def parse_owner(owner: str | None) -> tuple[str | None, int | None, str | None]:
+    """``host:pid:kernel`` -> (host, pid, kernel id or None)."""
+    if not owner:
+        return None, None, None
+    parts = owner.split(":")
+    if len(parts) < 2:
+        return owner, None, None
+    host, pid_s = parts[0], parts[1]
+    kernel = ":".join(parts[2:]) or None
+    try:
+        pid = int(pid_s)
+    except ValueError:
+        pid = None
+    return host, pid, (None if kernel in (None, "-") else kernel)
+
+
+def owner_alive(owner: str | None, owners: dict[str, OwnerRecord], now: datetime) -> bool:
+    """Is the process that owns a task still there? Same host: ask the OS. Other host:
+    trust its heartbeat in the owners table."""
+    host, pid, _ = parse_owner(owner)
+    if host is None or pid is None:
+        return False
+    if host == socket.gethostname():
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    rec = owners.get(owner or "")
+    return rec is not None and (now - rec.heartbeat_at).total_seconds() < OWNER_GONE_AFTER
+
+
+class StoreLink:
+    """Everything the controller does with its store besides recording batches."""
+
+    def __init__(self, ctl: Controller, store: Any) -> None:
+        self.ctl = ctl
+        self.store = store
+        self._next_owner_beat = 0.0
+        self._next_renew = 0.0
+        self._started_at = ctl._clock.now()
+
+    # ------------------------------------------------------------ periodic
+    def tick(self, mono: float) -> None:
+        """Dispatcher thread, every tick: claim and apply commands; beat and renew."""
+        self.poll_commands()
+        if mono >= self._next_owner_beat:
+            self._next_owner_beat = mono + OWNER_BEAT_EVERY
+            self.beat_owner()
+        if mono >= self._next_renew:
+            self._next_renew = mono + RENEW_EVERY
+            self.renew_leases()
+
+    def beat_owner(self) -> None:
+        ctl = self.ctl
+        if not ctl.owner:
+            return
+        host, pid, kernel = parse_owner(ctl.owner)
+        try:
+            self.store.upsert_owner(
+                OwnerRecord(
+                    owner_id=ctl.owner,
+                    host=host or socket.gethostname(),
+                    pid=pid if pid is not None else os.getpid(),
+                    kernel_id=kernel,
+                    started_at=self._started_at,
+                    heartbeat_at=ctl._clock.now(),
+                )
+            )
+        except Exception:
+            ctl.persist_failures += 1
+            log.exception("owner heartbeat failed")
+
+    def renew_leases(self) -> None:
+        ctl = self.ctl
+        if not ctl.owner:
+            return
+        until = ctl._clock.now() + timedelta(seconds=LEASE_SECONDS)
+        with ctl._lock:
+            ids = [tid for tid, t in ctl._tasks.items() if t.snap.status in NON_TERMINAL]
+            for tid in ids:
+                t = ctl._tasks[tid]
+                t.snap = t.snap.evolve(lease_owner=ctl.owner, lease_until=until)
+                ctl._outbox.append(("lease", tid, ctl.owner, until))
+        ctl._flush_outbox()
+
+    def poll_commands(self) -> int:
+        """Claim the commands addressed to this controller's tasks and apply them as if
+        called locally. Returns how many were applied."""
+        ctl = self.ctl
+        store = self.store
+        try:
+            pending = store.commands(state=CommandState.PENDING)
+        except Exception:
+            ctl.persist_failures += 1
+            log.exception("reading the command queue failed")
+            return 0
+        with ctl._lock:
+            mine = frozenset(c.task_id for c in pending if c.task_id in ctl._tasks)
+        if not mine:
+            return 0
+        now = ctl._clock.now()
+        try:
+            claimed = store.claim_commands(
+                owner=ctl.owner or "controller",
+                now=now,
+                lease_seconds=COMMAND_LEASE_SECONDS,
+                task_ids=mine,
+            )
+        except Exception:
+            ctl.persist_failures += 1
+            log.exception("claiming commands failed")
+            return 0
+        for cmd in claimed:
+            ok, why = ctl.apply(cmd.task_id, cmd.verb, actor=cmd.actor or "store")
+            try:
+                snap = ctl.get(cmd.task_id)
+                status = snap.status.value
+            except Exception:
+                status = None
+            outcome = {"ok": ok, "reason": why, "status": status}
+            try:
+                store.complete_command(
+                    cmd.command_id,
+                    now=ctl._clock.now(),
+                    outcome=outcome,
+                    state=CommandState.DONE if ok else CommandState.REJECTED,
+                )
+            except Exception:
+                ctl.persist_failures += 1
+                log.exception("completing command %s failed", cmd.command_id)
+        return len(claimed)
+
+    # ------------------------------------------------------------ recovery
+    def reconcile(self, on_orphan: str = "fail") -> dict[str, list[str]]:
+        """Find tasks in the store whose owner is gone or whose lease expired and settle
+        them: ``fail`` -> LOST (Failure.kind lost), ``requeue`` -> run again in this
+        controller when the task is registered here by name and its call was
+        recorded, else LOST, ``manual`` -> leave them and report."""
+        if on_orphan not in ("fail", "requeue", "manual"):
+            raise ConfigurationError(
+                f"on_orphan must be fail, requeue or manual, got {on_orphan!r}"
+            )
+        ctl = self.ctl
+        now = ctl._clock.now()
+        owners = {o.owner_id: o for o in self.store.owners()}
+        out: dict[str, list[str]] = {"lost": [], "requeued": [], "manual": []}
+        sm = StateMachine(ctl._clock)
+        for snap in self.store.query(TaskQuery(status=frozenset(NON_TERMINAL))):
+            if snap.task_id in ctl._tasks or snap.lease_owner == ctl.owner:
+                continue
+            expired = snap.lease_until is not None and snap.lease_until < now
+            if owner_alive(snap.lease_owner, owners, now) and not expired:
+                continue
+            if on_orphan == "manual":
+                out["manual"].append(snap.task_id)
+                continue
+            if on_orphan == "requeue" and self._requeue(snap):
+                out["requeued"].append(snap.task_id)
+                continue
+            why = f"owner {snap.lease_owner or '?'} is gone" + (
+                " (lease expired)" if expired else ""
+            )
+            cur = snap
+            trs: list[tuple[TaskSnapshot, int]] = []
+            transitions: list[Transition] = []
+            try:
+                if cur.status in (
+                    TaskStatus.STARTING,
+                    TaskStatus.RUNNING,
+                    TaskStatus.PAUSING,
+                    TaskStatus.STOPPING,
+                ):
+                    new, tr = sm.mark_lost(cur, reason=why, actor="reconcile")
+                elif cur.status is TaskStatus.PAUSED and cur.started_at is not None:
+                    new, tr = sm.force_transition(
+                        cur, TaskStatus.LOST, actor="reconcile", reason=why
+                    )
+                else:
+                    new, tr = sm.cancel(cur, reason=why, actor="reconcile")
+                trs.append((new, cur.status_version))
+                transitions.append(tr)
+                self.store.save_many(trs, transitions)
+                out["lost"].append(snap.task_id)
+            except Exception:
+                ctl.persist_failures += 1
+                log.exception("reconciling task %s failed", snap.task_id)
+        return out
+
+    def _requeue(self, snap: TaskSnapshot) -> bool:
+        ctl = self.ctl
+        if snap.name not in ctl.registry:
+            return False
+        calls = self.store.events(snap.task_id, types=frozenset({"TaskCall"}))
+        if not calls:
+            return False
+        payload = calls[-1].payload
+        fn = ctl.registry.get(snap.name)
+        h = ctl.submit(fn, *payload.get("args", []), name=snap.name, **payload.get("kwargs", {}))
+        log.info("requeued orphan %s as %s", snap.task_id, h.id)
+        sm = StateMachine(ctl._clock)
+        try:
+            if snap.status in (
+                TaskStatus.STARTING,
+                TaskStatus.RUNNING,
+                TaskStatus.PAUSING,
+                TaskStatus.STOPPING,
+            ):
+                new, tr = sm.mark_lost(
+                    snap, reason=f"owner gone; requeued as {h.id}", actor="reconcile"
+                )
+            else:
+                new, tr = sm.cancel(
+                    snap, reason=f"owner gone; requeued as {h.id}", actor="reconcile"
+                )
+            self.store.save_many([(new, snap.status_version)], [tr])
+        except Exception:
+            ctl.persist_failures += 1
+        return True
+
+
+def verify(history: Sequence[Transition], snap: TaskSnapshot) -> tuple[bool, str]:
+    """Replay a task's transitions from its creation and compare with the snapshot."""
+    initial = TaskSnapshot(task_id=snap.task_id, name=snap.name)
+    try:
+        status, version = replay(initial, list(history))
+    except Exception as exc:
+        return False, f"history does not replay: {exc}"
+    if status is not snap.status or version != snap.status_version:
+        return False, (
+            f"history leads to {status.value} v{version}, snapshot says "
+            f"{snap.status.value} v{snap.status_version}"
+        )
+    return True, f"{len(history)} transitions rebuild {status.value} v{version}"
