@@ -128,3 +128,30 @@ def task_bundle(
             "model_id": table.model_id,
         }
     return data, {}
+
+
+def board(
+    ctl: ControllerLike,
+    *,
+    filter: Mapping[str, Any] | None = None,
+    title: str | None = None,
+    task_ids: Iterable[str] | None = None,
+    pipeline_run_id: str | None = None,
+    status: Any = None,
+    tag: str | None = None,
+    name_prefix: str | None = None,
+) -> TaskTable:
+    """``ctl.board(...)``: a live board widget. Filters may be given as keywords
+    (``status=``, ``tag=``, ``name_prefix=``) or as ``filter={...}``."""
+    query: dict[str, Any] = dict(filter or {})
+    for key, value in (("status", status), ("tag", tag), ("name_prefix", name_prefix)):
+        if value is not None:
+            query[key] = value
+    return make_table(
+        ctl,
+        task_ids=task_ids,
+        pipeline_run_id=pipeline_run_id,
+        filter=query or None,
+        title=title or "tasks",
+        kind="board" if pipeline_run_id is None else "run",
+    )

@@ -430,6 +430,7 @@ function render({ model, el }) {
     const ack = acks.get(r.id) || null;
     if (refs.last !== r || refs.lastDisc !== disconnected) {
       refs.wrap.dataset.status = r.status;
+      refs.wrap.dataset.tone = tones[r.status] || "idle";
       refs.name.textContent = r.name;
       refs.name.title = `${r.name}\n${r.id}${r.tags && r.tags.length ? `\ntags: ${r.tags.join(", ")}` : ""}`;
       refs.badge.textContent = r.requested && !terminal.has(r.status) ? `${r.status} (${r.requested})` : r.status;
