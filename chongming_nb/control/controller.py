@@ -75,7 +75,7 @@ from chongming_nb.core.policies import (
     Timeout,
 )
 from chongming_nb.core.state_machine import CONTROL_VERBS, VERBS, StateMachine
-from chongming_nb.core.states import OCCUPIED, TERMINAL, TaskStatus
+from chongming_nb.core.states import OCCUPIED, TERMINAL, UNOCCUPIED, TaskStatus
 from chongming_nb.runtime import timeouts
 from chongming_nb.runtime.clock import SYSTEM_CLOCK
 from chongming_nb.runtime.executors import (
@@ -1315,15 +1315,15 @@ class Controller:
         def go(t: _Task) -> None:
             if t.snap.status is S.PENDING and t.snap.attempt == 0:
                 return
+            self._raise(t, "reset")  # names current, requested and allowed states
             if t.exec_attempt:
                 raise InvalidTransition(
                     t.snap.status,
                     "reset",
-                    [],
+                    [s.value for s in TERMINAL | UNOCCUPIED],
                     detail="its execution is still alive; stop it first",
                     task_id=t.snap.task_id,
                 )
-            self._raise(t, "reset")
             self._apply(t, self._sm.reset, actor=actor)
             t.attempts.clear()
             t.result = None

@@ -4,14 +4,17 @@ passes their deadline (no real sleeping in tests)."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 
 class FakeClock:
     """Implements the Clock protocol plus ``sleep``/``wait_until`` for the runtime.
 
-    ``advance(seconds)`` moves both ``now()`` and ``monotonic()`` forward and wakes every
-    thread blocked in ``sleep`` whose deadline has passed.
+    ``advance(seconds)`` moves both ``now()`` and ``monotonic()`` forward, wakes every
+    thread blocked in ``sleep`` whose deadline has passed and calls every callback given
+    to ``subscribe`` (the Controller subscribes its dispatcher, so timers such as retry
+    backoff, grace windows and timeouts fire right after an ``advance``).
     """
 
     def __init__(self, start: datetime | None = None) -> None:
@@ -21,6 +24,7 @@ class FakeClock:
         self._offset = 0.0
         self._cond = threading.Condition()
         self.sleepers = 0
+        self._subscribers: list[Callable[[], None]] = []
 
     def now(self) -> datetime:
         with self._cond:
@@ -36,6 +40,24 @@ class FakeClock:
         with self._cond:
             self._offset += seconds
             self._cond.notify_all()
+            subscribers = list(self._subscribers)
+        # outside our lock: a callback may take its own locks and read the time
+        for callback in subscribers:
+            callback()
+
+    def subscribe(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback()`` after every ``advance``; returns an unsubscribe function."""
+        if not callable(callback):
+            raise TypeError(f"subscribe() needs a callable, got {callback!r}")
+        with self._cond:
+            self._subscribers.append(callback)
+
+        def unsubscribe() -> None:
+            with self._cond:
+                if callback in self._subscribers:
+                    self._subscribers.remove(callback)
+
+        return unsubscribe
 
     def sleep(self, seconds: float) -> None:
         """Block until the fake time has moved ``seconds`` forward."""
