@@ -8,6 +8,7 @@ from chongming_nb.control import display as _display
 from chongming_nb.control.controller import Controller
 from chongming_nb.control.handle import TaskHandle
 from chongming_nb.control.kernel import get_controller
+from chongming_nb.control.reader import StoreReader, open_store
 from chongming_nb.control.spec import TaskRegistry, TaskSpec, task
 from chongming_nb.core.errors import (
     AttemptsExhausted,
@@ -71,7 +72,7 @@ from chongming_nb.core.states import (
 from chongming_nb.runtime.cancellation import CancellationToken
 from chongming_nb.runtime.context import TaskContext
 from chongming_nb.runtime.executors import InlineExecutor, ThreadExecutor
-from chongming_nb.stores import InMemoryStore, SqliteStore, open_store
+from chongming_nb.stores import InMemoryStore, SqliteStore
 
 __version__ = "0.1.0"
 
@@ -158,6 +159,7 @@ __all__ = [
     "SqliteStore",
     "StateMachine",
     "StoreError",
+    "StoreReader",
     "TaskCancelled",
     "TaskContext",
     "TaskCreated",

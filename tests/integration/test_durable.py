@@ -264,3 +264,32 @@ def test_reconcile_rejects_unknown_policy(tmp_path: Path) -> None:
             ctl.reconcile("explode")
     finally:
         ctl.close()
+
+
+def test_open_store_reads_a_dead_kernels_history_as_dataframes(tmp_path: Path) -> None:
+    db = str(tmp_path / "t.db")
+    ctl = cn.Controller(store=db, owner=f"{socket.gethostname()}:{os.getpid()}:-")
+    ok = ctl.submit(lambda ctx: 1, name="fine")
+    bad = ctl.submit(lambda ctx: 1 / 0, name="broken")
+    ok.wait(5)
+    bad.wait(5)
+    ctl.flush()
+    ctl.close()
+    with cn.open_store(db) as reader:
+        snaps = reader.snapshots_df()
+        assert set(snaps["name"]) == {"fine", "broken"}
+        assert str(snaps["status"].dtype) == "category"
+        att = reader.attempts_df()
+        row = att[att["name"] == "broken"].iloc[0]
+        assert row["failure_kind"] == "exception"
+        assert "ZeroDivisionError" in row["traceback"]
+        ev = reader.events_df()
+        assert list(ev[ev["name"] == "fine"]["to_status"]) == [
+            "queued",
+            "starting",
+            "running",
+            "succeeded",
+        ]
+        assert reader.stats()["failed"] == 1
+        with pytest.raises(cn.TaskNotFound):
+            reader.get("nope")
