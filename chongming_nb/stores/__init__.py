@@ -83,7 +83,8 @@ def open_store(target: str | os.PathLike[str] | None = None) -> TaskStore:
     if lower.startswith("sqlite:"):
         rest = text[len("sqlite:") :]
         if rest.startswith("///"):
-            path = rest[2:]  # sqlite:////abs -> //abs is fine; sqlite:///abs -> /abs
+            # sqlite:///abs/path (and SQLAlchemy's sqlite:////abs/path) -> /abs/path
+            path = "/" + rest.lstrip("/")
         elif rest.startswith("//"):
             raise StoreError(
                 f"store URL {text!r}: use sqlite:///absolute/path or sqlite:relative/path"

@@ -342,7 +342,7 @@ class SqliteStore:
     # ------------------------------------------------------------ plumbing
     @property
     def url(self) -> str:
-        return f"sqlite:///{self._path}"
+        return f"sqlite://{self._path}"
 
     @property
     def path(self) -> Path:
