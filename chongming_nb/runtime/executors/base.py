@@ -75,6 +75,10 @@ class ExecutionRequest:
     pipeline_run_id: str | None = None
     deadline: datetime | None = None
     artifacts_root: Path | None = None
+    #: Upstream results for executors that run the task away from the controller
+    #: (process, dask): ``{task_id: value, "__names__": {name: task_id}}``. In-process
+    #: executors ask the reporter instead.
+    upstream: dict[str, Any] | None = None
 
 
 StopVerdict = Literal["abandoned", "killed", "gone"]
