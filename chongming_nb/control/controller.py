@@ -430,7 +430,10 @@ class Controller:
             after = ()
         if isinstance(after, str) or not isinstance(after, Iterable):
             after = (after,)
-        exec_name, _ = self._executor_for(spec.executor)
+        exec_name, ex = self._executor_for(spec.executor)
+        validate = getattr(ex, "validate", None)
+        if callable(validate):  # e.g. the process executor: picklable, importable target
+            validate(fn, tuple(args), dict(kwargs))
         self.registry.register(fn, spec.name)
         prio = spec.priority if spec.priority is not None else self.concurrency.default_priority
         bucket = None
@@ -707,8 +710,20 @@ class Controller:
             pipeline_run_id=t.snap.pipeline_run_id,
             deadline=deadline,
             artifacts_root=self.artifacts_root,
+            upstream=self._upstream_payload(t),
         )
         return t, ex, req, _Reporter(self, t, attempt)
+
+    def _upstream_payload(self, t: _Task) -> dict[str, Any] | None:
+        """Upstream values and names for executors that run the task elsewhere."""
+        if not t.deps:
+            return None
+        ups = dict(t.upstream or {})
+        names = dict(ups.get("__names__", {}))
+        for d in t.deps:
+            names.setdefault(self._tasks[d].snap.name, d)
+        ups["__names__"] = names
+        return ups
 
     def _arm_timeouts(self, t: _Task) -> None:
         hb = t.hb
