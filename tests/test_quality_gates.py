@@ -13,6 +13,7 @@ import socket
 import subprocess
 import tempfile
 import threading
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -143,7 +144,7 @@ def test_scripts_are_executable_in_git_and_parse() -> None:
         assert script.read_text(encoding="utf-8").startswith("#!/usr/bin/env bash\n"), script
     if (ROOT / ".git").exists():
         listed = subprocess.run(
-            ["git", "ls-files", "-s", "--", "scripts", ".ci/run"],
+            ["git", "ls-files", "-s", "--", *(str(p.relative_to(ROOT)) for p in scripts)],
             cwd=ROOT,
             check=True,
             capture_output=True,
@@ -301,6 +302,13 @@ def test_run_command_serves_jupyterlab_on_loopback(tmp_path: Path) -> None:
                 pytest.fail("run.sh exited early:\n" + "".join(seen))
         assert any(printed_url in line for line in seen), "".join(seen)
         assert (ROOT / "notebooks").is_dir()
+        # jupyter_server logs "is running at" just before its event loop binds the port, and
+        # nothing announces the bind: poll until it accepts, within a bound
+        deadline = time.monotonic() + 60
+        while not port_open(port):
+            assert proc.poll() is None, "run.sh exited:\n" + "".join(seen)
+            assert time.monotonic() < deadline, "port never opened:\n" + "".join(seen)
+            time.sleep(0.1)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token={token}") as r:
             assert r.status == 200
         with urllib.request.urlopen(printed_url) as r:
