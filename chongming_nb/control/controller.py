@@ -241,6 +241,13 @@ class Controller:
         self._running = 0
         self._tag_use: Counter[str] = Counter()
         self._bucket_use: Counter[int] = Counter()
+        # pipeline runs (control/pipeline.py): extra tag limits, held runs whose queued
+        # tasks are parked instead of dispatched, and statuses that hold a run at once
+        self._run_limits: dict[str, int] = {}
+        self._held_runs: set[str] = set()
+        self._parked: dict[str, list[tuple[int, int, str]]] = {}
+        self._hold_on: dict[str, frozenset[TaskStatus]] = {}
+        self._id_rng = random.Random(secrets.randbits(128))
         self._outbox: list[Any] = []
         self._id_prefix = secrets.token_hex(4)
         self._event_seq = itertools.count(1)
@@ -449,9 +456,10 @@ class Controller:
                     raise ConfigurationError(f"after=: unknown task {tid!r}")
                 if tid not in deps:
                     deps.append(tid)
-            task_id = secrets.token_hex(6)
+            # a seeded PRNG, not os.urandom per task: no GIL release on the hot path
+            task_id = f"{self._id_rng.getrandbits(48):012x}"
             while task_id in self._tasks:
-                task_id = secrets.token_hex(6)
+                task_id = f"{self._id_rng.getrandbits(48):012x}"
             now = self._clock.now()
             snap = TaskSnapshot(
                 task_id=task_id,
@@ -611,7 +619,7 @@ class Controller:
     def _fits(self, t: _Task) -> bool:
         pol = self.concurrency
         for tag in t.snap.tags:
-            lim = pol.limits.get(tag)
+            lim = pol.limits.get(tag) or self._run_limits.get(tag)
             if lim is not None and self._tag_use[tag] >= lim:
                 return False
         b = t.snap.bucket
@@ -623,7 +631,7 @@ class Controller:
         t.holds_slot = True
         self._running += 1
         for tag in t.snap.tags:
-            if tag in self.concurrency.limits:
+            if tag in self.concurrency.limits or tag in self._run_limits:
                 self._tag_use[tag] += 1
         if t.snap.bucket is not None:
             self._bucket_use[t.snap.bucket] += 1
@@ -634,7 +642,7 @@ class Controller:
         t.holds_slot = False
         self._running -= 1
         for tag in t.snap.tags:
-            if tag in self.concurrency.limits:
+            if tag in self.concurrency.limits or tag in self._run_limits:
                 self._tag_use[tag] -= 1
         if t.snap.bucket is not None:
             self._bucket_use[t.snap.bucket] -= 1
@@ -650,6 +658,10 @@ class Controller:
                     t = self._tasks[item[2]]
                     if t.snap.status is not S.QUEUED:
                         continue  # stale entry (paused, stopped, skipped meanwhile)
+                    run = t.snap.pipeline_run_id
+                    if run is not None and run in self._held_runs:
+                        self._parked.setdefault(run, []).append(item)
+                        continue
                     if not self._fits(t):
                         skipped.append(item)  # no head-of-line blocking: look further
                         continue
@@ -987,6 +999,9 @@ class Controller:
 
     def _after_status(self, t: _Task) -> None:
         """Consequences of a status change: dependants, callbacks."""
+        run = t.snap.pipeline_run_id
+        if run is not None and t.snap.status in self._hold_on.get(run, ()):
+            self._held_runs.add(run)  # e.g. fail-fast: nothing of the run starts any more
         if t.snap.status in TERMINAL and t.dependants:
             self._settle(list(t.dependants))
 
@@ -1253,6 +1268,7 @@ class Controller:
         reason: str | None,
         wait: bool,
         cancel: bool = False,
+        kind: FailureKind | None = None,
     ) -> TaskSnapshot:
         def go(t: _Task) -> None:
             st = t.snap.status
@@ -1260,7 +1276,13 @@ class Controller:
                 return
             if cancel:
                 self._raise(t, "cancel")
-                self._apply(t, self._sm.cancel, reason=reason or "cancelled", actor=actor)
+                self._apply(
+                    t,
+                    self._sm.cancel,
+                    reason=reason or "cancelled",
+                    actor=actor,
+                    kind=kind or FailureKind.CANCELLED,
+                )
             else:
                 self._raise(t, "stop")
                 self._apply(t, self._sm.request_stop, actor=actor, reason=reason)
@@ -1282,12 +1304,73 @@ class Controller:
         return snap
 
     def cancel(
-        self, task_id: Any, reason: str = "cancelled", *, actor: str = "orchestrator"
+        self,
+        task_id: Any,
+        reason: str = "cancelled",
+        *,
+        actor: str = "orchestrator",
+        kind: FailureKind | None = None,
     ) -> TaskSnapshot:
-        """Cascade cancel (what the orchestration layer does). Idempotent."""
+        """Cascade cancel (what the orchestration layer does). Idempotent. ``kind``:
+        the Failure.kind recorded (default cancelled; pipelines pass dependency_failed)."""
         return self._stop(
-            task_id, self.stop_grace, actor=actor, reason=reason, wait=False, cancel=True
+            task_id, self.stop_grace, actor=actor, reason=reason, wait=False, cancel=True, kind=kind
         )
+
+    # ------------------------------------------------------------ pipeline runs
+
+    def hold_run(self, run_id: str, held: bool = True) -> None:
+        """Stop (``held=True``) or restart dispatching the queued tasks of a pipeline run.
+        Held tasks stay QUEUED and take no slot; running ones are not touched."""
+        with self._lock:
+            if held:
+                self._held_runs.add(run_id)
+                return
+            self._held_runs.discard(run_id)
+            for item in self._parked.pop(run_id, ()):
+                heapq.heappush(self._ready, item)
+        self._pump()
+
+    def hold_run_on(self, run_id: str, statuses: Iterable[TaskStatus | str]) -> None:
+        """Hold the run at once (under the controller lock) as soon as one of its tasks
+        enters one of ``statuses``: fail-fast without a window for another dispatch."""
+        with self._lock:
+            self._hold_on[run_id] = frozenset(TaskStatus(s) for s in statuses)
+
+    def set_run_limit(self, tag: str, limit: int | None) -> None:
+        """A concurrency limit for ``tag`` beside the policy's (e.g. a map's
+        max_parallel); None removes it."""
+        with self._lock:
+            if limit is None:
+                self._run_limits.pop(tag, None)
+            else:
+                self._run_limits[tag] = int(limit)
+        self._pump()
+
+    def forget_run(self, run_id: str) -> None:
+        """Drop a finished run's scheduling state (holds, parked entries)."""
+        with self._lock:
+            self._held_runs.discard(run_id)
+            self._hold_on.pop(run_id, None)
+            for item in self._parked.pop(run_id, ()):
+                heapq.heappush(self._ready, item)
+
+    def record_event(self, event: Event) -> None:
+        """Publish an event from a layer above (pipelines). One that names a task of this
+        controller is also kept with that task (``events(task_id)``)."""
+        if not isinstance(event, Event):
+            raise ConfigurationError(f"record_event() needs an Event, got {event!r}")
+        with self._lock:
+            t = self._tasks.get(event.task_id) if event.task_id else None
+            if t is not None:
+                self._event(t, event)
+            else:
+                self._outbox.append(event)
+        self._flush_outbox()
+
+    def new_event_id(self) -> str:
+        """A fresh event id of this controller's sequence."""
+        return self._new_event_id()
 
     def retry(self, task_id: Any, force: bool = False, *, actor: str = "user") -> TaskSnapshot:
         """FAILED/STOPPED/CANCELLED/LOST -> QUEUED; the attempt history is kept.
@@ -1438,27 +1521,39 @@ class Controller:
         """``can`` for every control-plane verb (``retry`` as a human decision: forced)."""
         return {v: self.can(task_id, v, force=(v == "retry")) for v in CONTROL_VERBS}
 
-    def apply(self, task_id: Any, verb: Any, *, actor: str = "ui") -> tuple[bool, str | None]:
+    def apply(
+        self, task_id: Any, verb: Any, *, actor: str = "ui", args: Any = None
+    ) -> tuple[bool, str | None]:
         """The one entry for the control plane (widget clicks, store commands, REST):
-        a task id and a verb, never code. Never raises for bad input."""
+        a task id, a verb and plain-data options (``timeout``, ``graceful``,
+        ``reason``), never code. Never raises for bad input."""
         if not isinstance(verb, str) or verb not in CONTROL_VERBS:
             return False, f"unknown verb {verb!r}; allowed: {', '.join(CONTROL_VERBS)}"
         if not isinstance(task_id, str):
             return False, f"task_id must be a string, got {type(task_id).__name__}"
+        opts, bad = _control_args(args)
+        if bad:
+            return False, bad
         ok, why = self.can(task_id, verb, force=(verb == "retry"))
         if not ok:
             return False, why
         try:
             if verb == "pause":
-                self.pause(task_id, actor=actor)
+                self.pause(task_id, opts.get("timeout"), actor=actor)
             elif verb == "resume":
                 self.resume(task_id, actor=actor)
             elif verb == "stop":
-                self.stop(task_id, actor=actor)
+                self.stop(
+                    task_id,
+                    opts.get("graceful", True),
+                    opts.get("timeout"),
+                    actor=actor,
+                    reason=opts.get("reason"),
+                )
             elif verb == "retry":
                 self.retry(task_id, force=True, actor=actor)
             else:
-                self.skip(task_id, reason=f"skipped by {actor}", actor=actor)
+                self.skip(task_id, reason=opts.get("reason") or f"skipped by {actor}", actor=actor)
         except Exception as exc:  # raced with another change: report, do not raise
             return False, str(exc)
         return True, None
@@ -1797,6 +1892,35 @@ def _describe(value: Any) -> dict[str, Any] | None:
     if isinstance(value, int | float | bool | str) and len(repr(value)) <= 200:
         out["value"] = value
     return out
+
+
+def _control_args(args: Any) -> tuple[dict[str, Any], str | None]:
+    """Validate the plain-data options a control-plane verb may carry."""
+    if args is None:
+        return {}, None
+    if not isinstance(args, Mapping):
+        return {}, f"args must be a mapping, got {type(args).__name__}"
+    out: dict[str, Any] = {}
+    for key, value in args.items():
+        if key == "timeout":
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                return {}, f"timeout must be a number >= 0, got {value!r}"
+            out[key] = float(value)
+        elif key == "graceful":
+            if not isinstance(value, bool):
+                return {}, f"graceful must be true or false, got {value!r}"
+            out[key] = value
+        elif key == "reason":
+            if value is not None and not isinstance(value, str):
+                return {}, f"reason must be a string, got {value!r}"
+            out[key] = value
+        elif key == "force":
+            continue  # a control-plane retry is always a human decision (forced)
+        else:
+            return {}, f"unknown option {key!r}; allowed: timeout, graceful, reason"
+    return out, None
 
 
 def _status_set(status: Any) -> frozenset[TaskStatus] | None:

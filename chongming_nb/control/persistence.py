@@ -295,7 +295,7 @@ class StoreLink:
             log.exception("claiming commands failed")
             return 0
         for cmd in claimed:
-            ok, why = ctl.apply(cmd.task_id, cmd.verb, actor=cmd.actor or "store")
+            ok, why = ctl.apply(cmd.task_id, cmd.verb, actor=cmd.actor or "store", args=cmd.args)
             try:
                 snap = ctl.get(cmd.task_id)
                 status = snap.status.value
