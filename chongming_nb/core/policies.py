@@ -66,8 +66,8 @@ class Exponential:
         exponent = attempt - 1
         if self.base == 0:
             return 0.0
-        try:
-            raw = self.base * self.factor**exponent
+        try:  # in floats: an int factor would build a huge int for absurd attempts
+            raw = float(self.base) * float(self.factor) ** exponent
         except OverflowError:  # absurd attempt numbers: the cap applies
             return float(self.max)
         return float(min(self.max, raw))
@@ -246,7 +246,7 @@ class BucketPolicy:
     num_buckets: int
 
     def __post_init__(self) -> None:
-        if not isinstance(self.num_buckets, int) or self.num_buckets < 1:
+        if not _is_count(self.num_buckets) or self.num_buckets < 1:
             raise ConfigurationError(f"num_buckets must be an int >= 1, got {self.num_buckets!r}")
 
     def bucket_for(self, key: str) -> int:
