@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from chongming_nb.core.errors import StoreError
@@ -50,12 +50,12 @@ def utc(value: datetime | None, what: str) -> datetime | None:
     """``value`` in UTC; StoreError naming ``what`` if it is naive."""
     if value is None:
         return None
+    if value.__class__ is datetime and value.tzinfo is UTC:
+        return value
     if not isinstance(value, datetime):
         raise StoreError(f"{what} must be a datetime, got {type(value).__name__}")
     if value.tzinfo is None or value.utcoffset() is None:
         raise StoreError(f"{what} is a naive datetime ({value.isoformat()}); use an aware UTC one")
-    if value.utcoffset() == timedelta(0) and value.tzinfo is UTC:
-        return value
     return value.astimezone(UTC)
 
 
@@ -67,14 +67,11 @@ def utc_req(value: datetime, what: str) -> datetime:
 
 
 def dt_to_text(value: datetime | None) -> str | None:
-    """Fixed-width ISO-8601 text in UTC (sortable as text)."""
+    """Fixed-width ISO-8601 text in UTC (sortable as text; the year is always 4 digits)."""
     if value is None:
         return None
     d = value if value.tzinfo is UTC else value.astimezone(UTC)
-    return (
-        f"{d.year:04d}-{d.month:02d}-{d.day:02d}T{d.hour:02d}:{d.minute:02d}:"
-        f"{d.second:02d}.{d.microsecond:06d}+00:00"
-    )
+    return d.isoformat(timespec="microseconds")
 
 
 def text_to_dt(value: str | datetime | None) -> datetime | None:
@@ -156,7 +153,7 @@ def progress_to_json(p: Progress | None) -> str | None:
             "total": p.total,
             "unit": p.unit,
             "message": p.message,
-            "updated_at": dt_to_text(p.updated_at),
+            "updated_at": dt_to_text(utc(p.updated_at, "progress.updated_at")),
         }
     )
 
@@ -239,36 +236,45 @@ TASK_COLUMNS: tuple[str, ...] = (
 TASK_TIME_COLUMNS = frozenset(_SNAPSHOT_TIMES)
 
 
+_EMPTY_LIST = "[]"
+
+
+def _u(value: datetime | None, tid: str, name: str) -> datetime | None:
+    if value is None or (value.__class__ is datetime and value.tzinfo is UTC):
+        return value
+    return utc(value, f"task {tid}: {name}")
+
+
 def snapshot_to_row(s: TaskSnapshot) -> dict[str, Any]:
-    check_snapshot_times(s)
+    tid = s.task_id
     return {
         "task_id": s.task_id,
         "name": s.name,
         "pipeline_run_id": s.pipeline_run_id,
-        "tags": dumps(sorted(s.tags)),
-        "status": TaskStatus(s.status).value,
+        "tags": dumps(sorted(s.tags)) if s.tags else _EMPTY_LIST,
+        "status": s.status.value,
         "status_version": s.status_version,
         "requested_action": None if s.requested_action is None else s.requested_action.value,
         "attempt": s.attempt,
         "max_attempts": s.max_attempts,
-        "created_at": utc(s.created_at, "created_at"),
-        "queued_at": utc(s.queued_at, "queued_at"),
-        "started_at": utc(s.started_at, "started_at"),
-        "ended_at": utc(s.ended_at, "ended_at"),
-        "last_heartbeat_at": utc(s.last_heartbeat_at, "last_heartbeat_at"),
-        "retry_at": utc(s.retry_at, "retry_at"),
+        "created_at": _u(s.created_at, tid, "created_at"),
+        "queued_at": _u(s.queued_at, tid, "queued_at"),
+        "started_at": _u(s.started_at, tid, "started_at"),
+        "ended_at": _u(s.ended_at, tid, "ended_at"),
+        "last_heartbeat_at": _u(s.last_heartbeat_at, tid, "last_heartbeat_at"),
+        "retry_at": _u(s.retry_at, tid, "retry_at"),
         "progress": progress_to_json(s.progress),
         "failure": failure_to_json(s.failure),
         "outcome": dumps_obj(s.outcome, f"task {s.task_id}: outcome"),
         "executor": s.executor,
         "pid": s.pid,
         "priority": s.priority,
-        "deps": dumps(list(s.deps)),
+        "deps": dumps(list(s.deps)) if s.deps else _EMPTY_LIST,
         "idempotency_key": s.idempotency_key,
         "bucket": s.bucket,
         "bucket_key": s.bucket_key,
         "lease_owner": s.lease_owner,
-        "lease_until": utc(s.lease_until, "lease_until"),
+        "lease_until": _u(s.lease_until, tid, "lease_until"),
         "overridden": bool(s.overridden),
     }
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from chongming_nb.stores.protocol import TaskQuery
+from chongming_nb.core.errors import ConcurrencyConflict, StoreError
+from chongming_nb.core.models import TaskSnapshot
+from chongming_nb.stores.protocol import SaveItem, TaskQuery
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,3 +76,22 @@ def task_order(order: str) -> str:
     """Newest (or oldest) first by created_at, ties by creation order, undated last."""
     direction = "DESC" if order == "newest" else "ASC"
     return f"ORDER BY (created_at IS NULL), created_at {direction}, seq {direction}"
+
+
+def collapse(items: Sequence[SaveItem]) -> list[tuple[TaskSnapshot, int | None]]:
+    """Group commit: several items for one task in a batch become one write of the last
+    snapshot, expecting the first item's version (or a create). A chain whose links do
+    not follow (item k expects another version than item k-1 wrote) is a conflict."""
+    chains: dict[str, list[Any]] = {}
+    for snap, expect in items:
+        chain = chains.get(snap.task_id)
+        if chain is None:
+            chains[snap.task_id] = [snap, expect]
+            continue
+        staged: TaskSnapshot = chain[0]
+        if expect is None or expect != staged.status_version:
+            if expect is None:
+                raise StoreError(f"task {snap.task_id} is created twice in one batch")
+            raise ConcurrencyConflict(snap.task_id, expect, staged.status_version)
+        chain[0] = snap
+    return [(c[0], c[1]) for c in chains.values()]

@@ -42,7 +42,7 @@ from chongming_nb.core.models import (
 )
 from chongming_nb.core.states import TERMINAL, TaskStatus
 from chongming_nb.stores import _codec as codec
-from chongming_nb.stores._sql import POSTGRES, task_order, task_where
+from chongming_nb.stores._sql import POSTGRES, collapse, task_order, task_where
 from chongming_nb.stores.protocol import (
     SCHEMA_VERSION,
     EventRecord,
@@ -393,7 +393,7 @@ class PostgresStore:
         attempts: Sequence[AttemptRecord] = (),
         events: Sequence[EventRecord] = (),
     ) -> None:
-        rows = [(codec.snapshot_to_row(s), expect) for s, expect in items]
+        rows = [(codec.snapshot_to_row(s), expect) for s, expect in collapse(items)]
         trows = [
             tuple(codec.transition_to_row(t)[c] for c in codec.TRANSITION_COLUMNS)
             for t in transitions
@@ -405,7 +405,7 @@ class PostgresStore:
             for row, expect in rows:
                 if expect is None:
                     try:
-                        cur.execute(_INSERT_TASK, tuple(row[c] for c in codec.TASK_COLUMNS))
+                        cur.execute(_INSERT_TASK, tuple(row.values()))
                     except pg_errors.UniqueViolation as exc:
                         raise StoreError(
                             f"task {row['task_id']} already exists in {self.url}"

@@ -39,7 +39,7 @@ from chongming_nb.core.models import (
 )
 from chongming_nb.core.states import TERMINAL, TaskStatus
 from chongming_nb.stores import _codec as codec
-from chongming_nb.stores._sql import SQLITE, task_order, task_where
+from chongming_nb.stores._sql import SQLITE, collapse, task_order, task_where
 from chongming_nb.stores.protocol import (
     SCHEMA_VERSION,
     EventRecord,
@@ -411,7 +411,7 @@ class SqliteStore:
         attempts: Sequence[AttemptRecord] = (),
         events: Sequence[EventRecord] = (),
     ) -> None:
-        rows = [(self._task_values(s), expect) for s, expect in items]
+        rows = [(self._task_values(s), expect) for s, expect in collapse(items)]
         trows = [
             tuple(_t(v) if k == "at" else v for k, v in codec.transition_to_row(t).items())
             for t in transitions
@@ -427,7 +427,7 @@ class SqliteStore:
             for row, expect in rows:
                 if expect is None:
                     try:
-                        conn.execute(_INSERT_TASK, tuple(row[c] for c in codec.TASK_COLUMNS))
+                        conn.execute(_INSERT_TASK, tuple(row.values()))
                     except sqlite3.IntegrityError as exc:
                         raise StoreError(
                             f"task {row['task_id']} already exists in {self.url}"

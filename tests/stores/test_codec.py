@@ -195,3 +195,27 @@ def test_memory_and_sqlite_are_stores(tmp_path: Any) -> None:
     for store in (InMemoryStore(), SqliteStore(tmp_path / "s.db")):
         assert isinstance(store, TaskStore)
         store.close()
+
+
+def test_row_keys_follow_column_order() -> None:
+    row = codec.snapshot_to_row(TaskSnapshot(task_id="x", name="n"))
+    assert tuple(row) == codec.TASK_COLUMNS
+
+
+def test_batch_chain_must_link(tmp_path: Any) -> None:
+    """Group commit collapses a task's chain to one write, but a broken chain conflicts."""
+    from chongming_nb.core.errors import ConcurrencyConflict
+
+    store = SqliteStore(tmp_path / "s.db")
+    s0 = TaskSnapshot(task_id="x", name="n")
+    s1 = s0.evolve(status=TaskStatus.QUEUED, status_version=1)
+    s2 = s1.evolve(status=TaskStatus.STARTING, status_version=2)
+    with pytest.raises(ConcurrencyConflict) as info:
+        store.save_many([(s0, None), (s2, 1)])
+    assert (info.value.expected, info.value.actual) == (1, 0)
+    assert store.get("x") is None
+    with pytest.raises(StoreError, match="created twice"):
+        store.save_many([(s0, None), (s0, None)])
+    store.save_many([(s0, None), (s1, 0), (s2, 1)])
+    assert store.get("x") == s2
+    store.close()
