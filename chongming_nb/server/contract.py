@@ -41,6 +41,10 @@ def _ts_list(values: Iterable[str]) -> str:
     return "[" + ", ".join(json.dumps(v) for v in values) + "]"
 
 
+def _set(values: Iterable[TaskStatus]) -> str:
+    return _ts_list(_ordered(values))
+
+
 def render_contract() -> str:
     """The full text of ``contract.ts``."""
     statuses = _statuses()
@@ -52,12 +56,12 @@ def render_contract() -> str:
         "",
         "export type TaskStatus = (typeof TASK_STATUSES)[number];",
         "",
-        f"export const TERMINAL_STATUSES: readonly TaskStatus[] = {_ts_list(_ordered(TERMINAL))};",
+        f"export const TERMINAL_STATUSES: readonly TaskStatus[] = {_set(TERMINAL)};",
         "",
-        f"export const REVIVABLE_STATUSES: readonly TaskStatus[] = {_ts_list(_ordered(REVIVABLE))};",
+        f"export const REVIVABLE_STATUSES: readonly TaskStatus[] = {_set(REVIVABLE)};",
         "",
         "// states in which a task holds an execution resource (counted as running)",
-        f"export const OCCUPIED_STATUSES: readonly TaskStatus[] = {_ts_list(_ordered(OCCUPIED))};",
+        f"export const OCCUPIED_STATUSES: readonly TaskStatus[] = {_set(OCCUPIED)};",
         "",
         f"export const CONTROL_VERBS = {_ts_list(CONTROL_VERBS)} as const;",
         "",

@@ -1,0 +1,354 @@
+"""REST handlers of the server extension, and the one route table.
+
+Every route is under ``<base_url>/chongming/api/`` and every handler is an
+authenticated ``APIHandler`` (token or cookie; XSRF checked on POST by jupyter_server).
+The control plane takes a task id and a verb from ``CONTROL_VERBS`` — never code —
+checks it with the same ``StateMachine.can`` the kernel uses, and writes a ``Command``
+into the store's leased queue; the owning kernel's controller claims and applies it.
+Errors are JSON ``{"message": ...}`` with a 4xx status and change nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import tornado.web
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.utils import url_path_join
+
+from chongming_nb.core.models import Command, CommandState, TaskSnapshot
+from chongming_nb.core.state_machine import CONTROL_VERBS
+from chongming_nb.core.states import TaskStatus
+from chongming_nb.server.contract import API_NAMESPACE, FEED_MAX_WAIT_S
+from chongming_nb.server.extension import SETTINGS_KEY, ServerState
+from chongming_nb.server.serialize import (
+    command_info,
+    owner_row,
+    parse_owner,
+    task_detail,
+    task_row,
+)
+from chongming_nb.stores.protocol import OwnerRecord, TaskQuery
+
+#: Ids the API accepts (task, command, kernel): printable, no slashes, bounded.
+_ID = re.compile(r"^[A-Za-z0-9_.:@+-]{1,200}$")
+DEFAULT_LIMIT = 500
+MAX_LIMIT = 10_000
+DEFAULT_LOG_LINES = 500
+MAX_REASON = 500
+_STATUS_VALUES = tuple(s.value for s in TaskStatus)
+
+
+class BadRequest(Exception):
+    """A client error: answered as ``{"message": ...}`` with ``status``."""
+
+    def __init__(self, status: int, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.extra = extra
+
+
+class _Base(APIHandler):
+    @property
+    def cm(self) -> ServerState:
+        state: ServerState = self.settings[SETTINGS_KEY]
+        return state
+
+    def _reply(self, payload: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(payload, default=str))
+
+    def _fail(self, err: BadRequest) -> None:
+        self._reply({"message": err.message, **err.extra}, err.status)
+
+    def _id_arg(self, value: str, what: str) -> str:
+        if not _ID.match(value):
+            raise BadRequest(400, f"{what} {value[:80]!r} is not a valid id")
+        return value
+
+    def _int_arg(self, name: str, default: int, lo: int, hi: int) -> int:
+        raw = self.get_query_argument(name, None)
+        if raw is None or raw == "":
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise BadRequest(400, f"{name} must be an integer, got {raw[:40]!r}") from None
+        if not lo <= value <= hi:
+            raise BadRequest(400, f"{name} must be between {lo} and {hi}, got {value}")
+        return value
+
+    async def _context(self) -> tuple[dict[str, OwnerRecord], dict[str, str]]:
+        owners = await self.cm.run(lambda: self.cm.get_store().owners())
+        return {o.owner_id: o for o in owners}, await self.cm.sessions()
+
+    def _rows(
+        self,
+        snaps: Sequence[TaskSnapshot],
+        owners: dict[str, OwnerRecord],
+        sessions: dict[str, str],
+    ) -> list[dict[str, Any]]:
+        now = self.cm.clock.now()
+        return [
+            task_row(s, sm=self.cm.sm, now=now, owners=owners, sessions=sessions) for s in snaps
+        ]
+
+
+def _kernel_of(snap: TaskSnapshot, owners: dict[str, OwnerRecord]) -> str | None:
+    rec = owners.get(snap.lease_owner) if snap.lease_owner else None
+    if rec is not None and rec.kernel_id:
+        return rec.kernel_id
+    return parse_owner(snap.lease_owner)[2]
+
+
+class TasksHandler(_Base):
+    """``GET tasks?status=a,b&kernel=ID&notebook=PATH&name=PREFIX&limit=N``."""
+
+    @tornado.web.authenticated
+    async def get(self) -> None:
+        try:
+            statuses: set[TaskStatus] = set()
+            for raw in self.get_query_arguments("status"):
+                for part in raw.split(","):
+                    part = part.strip()
+                    if not part:
+                        continue
+                    if part not in _STATUS_VALUES:
+                        raise BadRequest(
+                            400,
+                            f"unknown status {part[:40]!r}; known: {', '.join(_STATUS_VALUES)}",
+                        )
+                    statuses.add(TaskStatus(part))
+            kernel = self.get_query_argument("kernel", None) or None
+            if kernel is not None:
+                self._id_arg(kernel, "kernel")
+            notebook = self.get_query_argument("notebook", None) or None
+            name = self.get_query_argument("name", None) or None
+            limit = self._int_arg("limit", DEFAULT_LIMIT, 0, MAX_LIMIT)
+        except BadRequest as err:
+            self._fail(err)
+            return
+        owners, sessions = await self._context()
+        kernels: set[str] | None = None
+        if kernel is not None:
+            kernels = {kernel}
+        if notebook is not None:
+            by_path = {k for k, p in sessions.items() if p == notebook}
+            kernels = by_path if kernels is None else kernels & by_path
+        status_set = frozenset(statuses) or None
+        cursor = await self.cm.feed.primed()
+
+        def read() -> tuple[list[TaskSnapshot], dict[TaskStatus, int]]:
+            store = self.cm.get_store()
+            if kernels is None:
+                q = TaskQuery(status=status_set, name_prefix=name, limit=limit)
+                return store.query(q), store.counts(TaskQuery(status=status_set, name_prefix=name))
+            every = store.query(TaskQuery(status=status_set, name_prefix=name))
+            mine = [s for s in every if _kernel_of(s, owners) in kernels]
+            counts = dict.fromkeys(TaskStatus, 0)
+            for s in mine:
+                counts[s.status] += 1
+            return mine[:limit], counts
+
+        snaps, counts = await self.cm.run(read)
+        self._reply(
+            {
+                "tasks": self._rows(snaps, owners, sessions),
+                "counts": {k.value: v for k, v in counts.items()},
+                "cursor": cursor,
+                "sessions": sessions,
+                "now": self.cm.clock.now().isoformat(),
+            }
+        )
+
+
+class TaskHandler(_Base):
+    """``GET tasks/{id}``: the row plus attempts, history, logs and recent events."""
+
+    @tornado.web.authenticated
+    async def get(self, task_id: str) -> None:
+        try:
+            self._id_arg(task_id, "task id")
+            lines = self._int_arg("logs", DEFAULT_LOG_LINES, 0, MAX_LIMIT)
+        except BadRequest as err:
+            self._fail(err)
+            return
+        owners, sessions = await self._context()
+
+        def read() -> dict[str, Any] | None:
+            store = self.cm.get_store()
+            snap = store.get(task_id)
+            if snap is None:
+                return None
+            return task_detail(
+                snap,
+                sm=self.cm.sm,
+                now=self.cm.clock.now(),
+                owners=owners,
+                sessions=sessions,
+                attempts=store.attempts(task_id),
+                history=store.history(task_id),
+                logs=store.logs(task_id, limit=lines) if lines else [],
+                events=store.events(task_id, limit=200),
+            )
+
+        detail = await self.cm.run(read)
+        if detail is None:
+            self._fail(BadRequest(404, f"unknown task {task_id!r}"))
+            return
+        self._reply(detail)
+
+
+class TaskCommandsHandler(_Base):
+    """``POST tasks/{id}/commands`` with ``{"verb": "stop"}`` -> 202 and the command."""
+
+    def _parse(self) -> tuple[str, str | None]:
+        try:
+            body = json.loads(self.request.body or b"")
+        except (ValueError, UnicodeDecodeError):
+            raise BadRequest(400, "the request body must be JSON") from None
+        if not isinstance(body, dict):
+            raise BadRequest(400, 'the request body must be a JSON object like {"verb": "stop"}')
+        extra = sorted(set(body) - {"verb", "reason"})
+        if extra:
+            raise BadRequest(400, f"unknown field(s): {', '.join(map(str, extra))}")
+        verb = body.get("verb")
+        if not isinstance(verb, str) or verb not in CONTROL_VERBS:
+            raise BadRequest(
+                400,
+                f"unknown verb {str(verb)[:40]!r}; allowed: {', '.join(CONTROL_VERBS)}",
+            )
+        reason = body.get("reason")
+        if reason is not None and (not isinstance(reason, str) or len(reason) > MAX_REASON):
+            raise BadRequest(400, f"reason must be a string of at most {MAX_REASON} characters")
+        return verb, reason
+
+    @tornado.web.authenticated
+    async def post(self, task_id: str) -> None:
+        try:
+            self._id_arg(task_id, "task id")
+            verb, reason = self._parse()
+        except BadRequest as err:
+            self._fail(err)
+            return
+        user = self.current_user
+        who = getattr(user, "username", None) or str(user or "anonymous")
+        actor = f"sidebar:{who[:60]}"
+        now = self.cm.clock.now()
+        args: dict[str, Any] = {}
+        if verb == "retry":
+            args["force"] = True  # a person decided: the budget limits automatic retries
+        if reason:
+            args["reason"] = reason
+        command = Command(
+            command_id=uuid.uuid4().hex,
+            task_id=task_id,
+            verb=verb,
+            args=args,
+            actor=actor,
+            created_at=now,
+        )
+
+        def write() -> tuple[str, Any]:
+            store = self.cm.get_store()
+            snap = store.get(task_id)
+            if snap is None:
+                return "missing", None
+            ok, why = self.cm.sm.can(snap, verb, force=(verb == "retry"))
+            if not ok:
+                return "refused", why
+            store.submit_command(command)
+            return "queued", snap
+
+        outcome, detail = await self.cm.run(write)
+        if outcome == "missing":
+            self._fail(BadRequest(404, f"unknown task {task_id!r}"))
+            return
+        if outcome == "refused":
+            self._fail(BadRequest(409, f"cannot {verb} task {task_id!r} now: {detail}"))
+            return
+        self.cm.feed.nudge()
+        self._reply(command_info(command), 202)
+
+
+class CommandHandler(_Base):
+    """``GET commands/{id}``: state (pending, claimed, done, rejected) and outcome."""
+
+    @tornado.web.authenticated
+    async def get(self, command_id: str) -> None:
+        try:
+            self._id_arg(command_id, "command id")
+        except BadRequest as err:
+            self._fail(err)
+            return
+        command = await self.cm.run(lambda: self.cm.get_store().get_command(command_id))
+        if command is None:
+            self._fail(BadRequest(404, f"unknown command {command_id!r}"))
+            return
+        if command.state in (CommandState.PENDING, CommandState.CLAIMED):
+            self.cm.feed.nudge()
+        self._reply(command_info(command))
+
+
+class FeedHandler(_Base):
+    """``GET feed?since=CURSOR&timeout=S``: long-poll for changed tasks."""
+
+    @tornado.web.authenticated
+    async def get(self) -> None:
+        try:
+            since = self._int_arg("since", 0, 0, 2**62)
+            raw = self.get_query_argument("timeout", None)
+            try:
+                timeout = 25.0 if raw in (None, "") else float(raw)
+            except ValueError:
+                raise BadRequest(400, f"timeout must be a number, got {str(raw)[:40]!r}") from None
+            if not 0 <= timeout <= FEED_MAX_WAIT_S:
+                raise BadRequest(400, f"timeout must be between 0 and {FEED_MAX_WAIT_S:g}")
+        except BadRequest as err:
+            self._fail(err)
+            return
+        answer = await self.cm.feed.wait(since, timeout)
+        if self.request.connection is None or self._finished:
+            return
+        owners, sessions = await self._context()
+        self._reply(
+            {
+                "cursor": answer.cursor,
+                "reset": answer.reset,
+                "tasks": self._rows(answer.tasks, owners, sessions),
+                "removed": answer.removed,
+                "sessions": sessions,
+                "now": self.cm.clock.now().isoformat(),
+            }
+        )
+
+
+class OwnersHandler(_Base):
+    """``GET owners``: the controllers that own tasks, with their kernel and notebook."""
+
+    @tornado.web.authenticated
+    async def get(self) -> None:
+        owners, sessions = await self._context()
+        self._reply({"owners": [owner_row(o, sessions) for o in owners.values()]})
+
+
+#: THE route table: (path below /chongming/api/, handler).
+ROUTES: tuple[tuple[str, type[_Base]], ...] = (
+    (r"tasks", TasksHandler),
+    (r"tasks/(?P<task_id>[^/]+)", TaskHandler),
+    (r"tasks/(?P<task_id>[^/]+)/commands", TaskCommandsHandler),
+    (r"commands/(?P<command_id>[^/]+)", CommandHandler),
+    (r"feed", FeedHandler),
+    (r"owners", OwnersHandler),
+)
+
+
+def route_table(base_url: str) -> list[tuple[str, type[_Base]]]:
+    """The routes with the server's base URL in front, anchored at both ends."""
+    return [(url_path_join(base_url, API_NAMESPACE, path) + "$", h) for path, h in ROUTES]

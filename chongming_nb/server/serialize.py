@@ -1,0 +1,196 @@
+"""JSON shapes of the REST API: task rows (with server-computed ``can`` flags), details,
+commands. Pure functions of store records, a clock reading and the session map."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from chongming_nb.core.models import AttemptRecord, Command, TaskSnapshot, Transition
+from chongming_nb.core.state_machine import CONTROL_VERBS, StateMachine
+from chongming_nb.stores.protocol import EventRecord, LogRecord, OwnerRecord
+
+
+def iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def parse_owner(owner: str | None) -> tuple[str | None, int | None, str | None]:
+    """``"host:pid:kernel_id"`` -> ``(host, pid, kernel_id)``; missing parts are None
+    (a controller outside a kernel writes ``-`` for the kernel id)."""
+    if not owner:
+        return None, None, None
+    parts = owner.rsplit(":", 2)
+    if len(parts) != 3:
+        return owner, None, None
+    host, pid_text, kernel = parts
+    try:
+        pid: int | None = int(pid_text)
+    except ValueError:
+        pid = None
+    return host or None, pid, (kernel if kernel and kernel != "-" else None)
+
+
+def can_flags(sm: StateMachine, snap: TaskSnapshot) -> tuple[dict[str, bool], dict[str, str]]:
+    """The same predicate the kernel uses; ``retry`` from a person is forced (the attempt
+    budget only limits automatic retries)."""
+    can: dict[str, bool] = {}
+    why: dict[str, str] = {}
+    for verb in CONTROL_VERBS:
+        ok, reason = sm.can(snap, verb, force=(verb == "retry"))
+        can[verb] = ok
+        if not ok and reason:
+            why[verb] = reason
+    return can, why
+
+
+def task_row(
+    snap: TaskSnapshot,
+    *,
+    sm: StateMachine,
+    now: datetime,
+    owners: Mapping[str, OwnerRecord],
+    sessions: Mapping[str, str],
+) -> dict[str, Any]:
+    """One task as the sidebar lists it."""
+    host, pid, kernel = parse_owner(snap.lease_owner)
+    rec = owners.get(snap.lease_owner) if snap.lease_owner else None
+    if rec is not None:
+        host, pid, kernel = rec.host, rec.pid, rec.kernel_id or kernel
+    duration: float | None = None
+    if snap.started_at is not None:
+        end = snap.ended_at or (None if snap.is_terminal else now)
+        if end is not None:
+            duration = max(0.0, (end - snap.started_at).total_seconds())
+    p = snap.progress
+    progress = None
+    if p is not None:
+        progress = {
+            "done": p.done,
+            "total": p.total,
+            "unit": p.unit,
+            "message": p.message,
+            "fraction": p.fraction,
+        }
+    f = snap.failure
+    failure = None
+    if f is not None:
+        failure = {
+            "kind": f.kind.value,
+            "message": f.message,
+            "exception_type": f.exception_type,
+        }
+    can, why = can_flags(sm, snap)
+    return {
+        "task_id": snap.task_id,
+        "name": snap.name,
+        "status": snap.status.value,
+        "status_version": snap.status_version,
+        "terminal": snap.is_terminal,
+        "requested_action": None if snap.requested_action is None else snap.requested_action.value,
+        "attempt": snap.attempt,
+        "max_attempts": snap.max_attempts,
+        "progress": progress,
+        "created_at": iso(snap.created_at),
+        "started_at": iso(snap.started_at),
+        "ended_at": iso(snap.ended_at),
+        "duration_s": duration,
+        "failure": failure,
+        "tags": sorted(snap.tags),
+        "pipeline_run_id": snap.pipeline_run_id,
+        "owner": snap.lease_owner,
+        "host": host,
+        "pid": pid,
+        "kernel_id": kernel,
+        "notebook": sessions.get(kernel) if kernel else None,
+        "can": can,
+        "why": why,
+    }
+
+
+def attempt_row(a: AttemptRecord) -> dict[str, Any]:
+    return {
+        "attempt": a.attempt,
+        "started_at": iso(a.started_at),
+        "ended_at": iso(a.ended_at),
+        "duration_s": None if a.duration is None else a.duration.total_seconds(),
+        "outcome": None if a.outcome is None else a.outcome.value,
+        "failure_kind": None if a.failure_kind is None else a.failure_kind.value,
+        "failure_message": a.failure_message,
+        "traceback": a.traceback,
+        "executor": a.executor,
+        "abandoned": a.abandoned,
+        "exit_code": a.exit_code,
+    }
+
+
+def transition_row(t: Transition) -> dict[str, Any]:
+    return {
+        "from_status": t.from_status.value,
+        "to_status": t.to_status.value,
+        "trigger": t.trigger,
+        "actor": t.actor,
+        "reason": t.reason,
+        "at": iso(t.at),
+        "version": t.version,
+        "override": t.override,
+    }
+
+
+def log_row(rec: LogRecord) -> dict[str, Any]:
+    return {"at": iso(rec.at), "stream": rec.stream, "level": rec.level, "line": rec.line}
+
+
+def event_row(e: EventRecord) -> dict[str, Any]:
+    return {"event_id": e.event_id, "at": iso(e.at), "type": e.type, "payload": dict(e.payload)}
+
+
+def task_detail(
+    snap: TaskSnapshot,
+    *,
+    sm: StateMachine,
+    now: datetime,
+    owners: Mapping[str, OwnerRecord],
+    sessions: Mapping[str, str],
+    attempts: Sequence[AttemptRecord],
+    history: Sequence[Transition],
+    logs: Sequence[LogRecord],
+    events: Sequence[EventRecord],
+) -> dict[str, Any]:
+    row = task_row(snap, sm=sm, now=now, owners=owners, sessions=sessions)
+    if snap.failure is not None and row["failure"] is not None:
+        row["failure"]["traceback"] = snap.failure.traceback
+    return {
+        "task": row,
+        "attempts": [attempt_row(a) for a in attempts],
+        "history": [transition_row(t) for t in history],
+        "logs": [log_row(rec) for rec in logs],
+        "events": [event_row(e) for e in events],
+    }
+
+
+def command_info(c: Command) -> dict[str, Any]:
+    return {
+        "command_id": c.command_id,
+        "task_id": c.task_id,
+        "verb": c.verb,
+        "state": c.state.value,
+        "actor": c.actor,
+        "created_at": iso(c.created_at),
+        "completed_at": iso(c.completed_at),
+        "claimed_by": c.claimed_by,
+        "outcome": None if c.outcome is None else dict(c.outcome),
+    }
+
+
+def owner_row(o: OwnerRecord, sessions: Mapping[str, str]) -> dict[str, Any]:
+    return {
+        "owner_id": o.owner_id,
+        "host": o.host,
+        "pid": o.pid,
+        "kernel_id": o.kernel_id,
+        "notebook": sessions.get(o.kernel_id) if o.kernel_id else None,
+        "started_at": iso(o.started_at),
+        "heartbeat_at": iso(o.heartbeat_at),
+    }

@@ -1,0 +1,120 @@
+import { describe, expect, it } from 'vitest';
+
+import { CommandInfo, FeedResponse, ITasksClient, TaskDetail, TasksResponse } from '../src/api';
+import { ControlVerb } from '../src/contract';
+import { TaskModel } from '../src/model';
+import { row } from './fixtures';
+
+class FakeClient implements ITasksClient {
+  listing: TasksResponse = { tasks: [], counts: {}, cursor: 1, sessions: {}, now: '2026-01-01T00:00:00Z' };
+  feeds: FeedResponse[] = [];
+  sent: [string, ControlVerb][] = [];
+  states: CommandInfo['state'][] = [];
+
+  async listTasks(): Promise<TasksResponse> {
+    return this.listing;
+  }
+  async feed(): Promise<FeedResponse> {
+    const next = this.feeds.shift();
+    if (!next) {
+      throw new Error('feed closed');
+    }
+    return next;
+  }
+  async task(): Promise<TaskDetail> {
+    throw new Error('not used');
+  }
+  async sendCommand(taskId: string, verb: ControlVerb): Promise<CommandInfo> {
+    this.sent.push([taskId, verb]);
+    return this.info(taskId, verb, 'pending', null);
+  }
+  async command(): Promise<CommandInfo> {
+    const state = this.states.shift() ?? 'done';
+    return this.info('t1', 'stop', state, state === 'rejected' ? { ok: false, reason: 'it already ended' } : { ok: true });
+  }
+  info(taskId: string, verb: ControlVerb, state: CommandInfo['state'], outcome: Record<string, unknown> | null): CommandInfo {
+    return {
+      command_id: 'c1',
+      task_id: taskId,
+      verb,
+      state,
+      actor: 'sidebar:me',
+      created_at: null,
+      completed_at: null,
+      claimed_by: null,
+      outcome
+    };
+  }
+}
+
+describe('TaskModel', () => {
+  it('loads, applies feed changes and ignores stale rows', async () => {
+    const client = new FakeClient();
+    client.listing.tasks = [row({ task_id: 'a', status_version: 5 }), row({ task_id: 'b' })];
+    const model = new TaskModel({ client, retryDelayMs: 1 });
+    await model.refresh();
+    expect(model.tasks.map(t => t.task_id).sort()).toEqual(['a', 'b']);
+    model.applyRows([row({ task_id: 'a', status_version: 4, status: 'queued' })]);
+    expect(model.task('a')?.status).toBe('running');
+    model.applyRows([row({ task_id: 'a', status_version: 6, status: 'paused' })], ['b']);
+    expect(model.task('a')?.status).toBe('paused');
+    expect(model.task('b')).toBeUndefined();
+  });
+
+  it('follows the feed, resets on request and labels tasks with session paths', async () => {
+    const client = new FakeClient();
+    client.listing.tasks = [row({ task_id: 'a', notebook: null, kernel_id: 'k9' })];
+    client.feeds = [
+      { cursor: 2, reset: false, tasks: [row({ task_id: 'n', kernel_id: 'k9', notebook: null })], removed: [], sessions: { k9: 'x.ipynb' }, now: '2026-01-01T00:00:00Z' },
+      { cursor: 3, reset: true, tasks: [row({ task_id: 'z' })], removed: [], sessions: {}, now: '2026-01-01T00:00:01Z' }
+    ];
+    const model = new TaskModel({ client, retryDelayMs: 1 });
+    let changes = 0;
+    model.changed.connect(() => {
+      changes += 1;
+      if (client.feeds.length === 0 && model.cursor === 3) {
+        model.dispose();
+      }
+    });
+    await model.run();
+    expect(changes).toBeGreaterThan(1);
+    expect(model.tasks.map(t => t.task_id)).toEqual(['z']);
+    expect(model.cursor).toBe(3);
+    model.setSessions(new Map([['k1', 'renamed.ipynb']]));
+    expect(model.task('z')?.notebook).toBe('renamed.ipynb');
+  });
+
+  it('sends a command and follows it until done', async () => {
+    const client = new FakeClient();
+    client.listing.tasks = [row()];
+    client.states = ['claimed', 'done'];
+    const model = new TaskModel({ client, commandPollMs: 1 });
+    await model.refresh();
+    const result = await model.send('t1', 'stop');
+    expect(client.sent).toEqual([['t1', 'stop']]);
+    expect(result.state).toBe('done');
+    expect(model.pending('t1')).toBeUndefined();
+  });
+
+  it('keeps the reason of a rejected command', async () => {
+    const client = new FakeClient();
+    client.states = ['rejected'];
+    const model = new TaskModel({ client, commandPollMs: 1 });
+    const result = await model.send('t1', 'stop');
+    expect(result.state).toBe('rejected');
+    expect(model.pending('t1')?.message).toBe('it already ended');
+  });
+
+  it('sends to every task of a kernel that allows the verb', async () => {
+    const client = new FakeClient();
+    client.listing.tasks = [
+      row({ task_id: 'a' }),
+      row({ task_id: 'b', can: { pause: false, resume: true, stop: true, retry: false, skip: false } }),
+      row({ task_id: 'c', kernel_id: 'other' })
+    ];
+    const model = new TaskModel({ client, commandPollMs: 1 });
+    await model.refresh();
+    expect(await model.sendToKernel('k1', 'pause')).toBe(1);
+    expect(client.sent).toEqual([['a', 'pause']]);
+  });
+});
