@@ -103,6 +103,8 @@ def install() -> None:
             sys.stdout = StreamProxy("stdout", sys.stdout)  # type: ignore[assignment]
         if not isinstance(sys.stderr, StreamProxy):
             sys.stderr = StreamProxy("stderr", sys.stderr)  # type: ignore[assignment]
-        root = logging.getLogger()
-        if _handler not in root.handlers:
-            root.addHandler(_handler)
+        # the root for user loggers; ``ctx.log``'s logger does not propagate, so it gets
+        # the handler itself (otherwise its records would reach no task log at all)
+        for logger in (logging.getLogger(), logging.getLogger("chongming_nb.tasks")):
+            if _handler not in logger.handlers:
+                logger.addHandler(_handler)
