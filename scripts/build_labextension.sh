@@ -8,10 +8,11 @@
 #      the stamp (a hash of labextension/src, style, package.json, yarn.lock, tsconfig,
 #      .yarnrc.yml and this script) matches the last successful build and the output
 #      exists. CHONGMING_FORCE_LABEXTENSION=1 rebuilds anyway.
-#   3. Editable installs: the venv's share/jupyter/labextensions/chongming-nb becomes a
-#      symlink to chongming_nb/labextension (what `jupyter labextension develop` does), and
-#      the server extension's config file is put in the venv's etc/jupyter when missing.
-#      A regular (non-editable) install already ships both as wheel data files.
+#   3. Editable installs: the wheel's data files (share/jupyter/labextensions/chongming-nb
+#      and etc/jupyter/jupyter_server_config.d/chongming_nb.json) were copied into the venv
+#      when it was installed, possibly before this build; the copy is refreshed whenever it
+#      differs from chongming_nb/labextension. A copy, not a symlink: uninstalling the
+#      package deletes the listed files, and through a symlink it would delete the build.
 #
 # Called by scripts/setup.sh; CHONGMING_VENV names the virtual environment (default
 # ./.venv). Idempotent; exits non-zero on failure.
@@ -21,7 +22,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${CHONGMING_VENV:-$ROOT/.venv}"
 EXT="$ROOT/labextension"
 OUT="$ROOT/chongming_nb/labextension"
-STAMP="$OUT/.build-stamp"
+STAMP="$EXT/node_modules/.chongming-build-stamp"
 NAME="chongming-nb"
 SERVER_CONFIG="$ROOT/chongming_nb/server/config/chongming_nb.json"
 SELF="$ROOT/scripts/build_labextension.sh"
@@ -78,10 +79,10 @@ pkg_dir="$("$VENV/bin/python" -c 'import chongming_nb, os; print(os.path.dirname
 if [[ "$pkg_dir" == "$ROOT/chongming_nb" ]]; then
     target="$prefix/share/jupyter/labextensions/$NAME"
     mkdir -p "$(dirname "$target")"
-    if [[ "$(readlink "$target" 2>/dev/null || true)" != "$OUT" ]]; then
+    if [[ -L "$target" ]] || ! diff -rq "$OUT" "$target" >/dev/null 2>&1; then
         rm -rf "$target"
-        ln -s "$OUT" "$target"
-        log "linked $target -> $OUT"
+        cp -R "$OUT" "$target"
+        log "installed the build into $target"
     fi
     conf_dir="$prefix/etc/jupyter/jupyter_server_config.d"
     if [[ ! -f "$conf_dir/chongming_nb.json" ]]; then
