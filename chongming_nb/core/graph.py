@@ -35,6 +35,7 @@ class Graph:
         # iterative DFS with colours; on a back edge, report the cycle path
         white, grey, black = 0, 1, 2
         colour = dict.fromkeys(self._deps, white)
+        rank = {n: i for i, n in enumerate(self._deps)}
         order: list[str] = []
         for root in self._deps:
             if colour[root] != white:
@@ -52,6 +53,9 @@ class Graph:
                         start = path.index(nxt)
                         # dependencies point upstream; report in execution order
                         cyc = list(reversed(path[start:]))
+                        # start at the node defined first, so the report is stable
+                        first = min(range(len(cyc)), key=lambda i: rank[cyc[i]])
+                        cyc = cyc[first:] + cyc[:first]
                         raise CircularDependency([*cyc, cyc[0]])
                     if colour[nxt] == white:
                         colour[nxt] = grey
