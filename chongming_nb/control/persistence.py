@@ -301,7 +301,8 @@ class StoreLink:
                 status = snap.status.value
             except Exception:
                 status = None
-            outcome = {"ok": ok, "reason": why, "status": status}
+            message = f"applied: {cmd.verb} (now {status})" if ok else f"refused: {why}"
+            outcome = {"ok": ok, "reason": why, "status": status, "message": message}
             try:
                 store.complete_command(
                     cmd.command_id,
