@@ -1,0 +1,28 @@
+"""Generated docs stay in step with the code; docs link to files that exist."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_api_reference_is_current() -> None:
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "gen_api.py"), "--check"],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+
+
+def test_relative_links_in_docs_resolve() -> None:
+    broken = []
+    for md in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)#:\s]+)(?:#[^)]*)?\)", md.read_text(encoding="utf-8")):
+            if not (md.parent / target).exists():
+                broken.append(f"{md.relative_to(ROOT)} -> {target}")
+    assert not broken, broken
