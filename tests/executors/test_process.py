@@ -1,0 +1,174 @@
+"""The process executor through the real Controller: hard stop, crash isolation, the
+clear error for what a process cannot run, heartbeats, pause, logs, upstream values."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import types
+from collections.abc import Iterator
+
+import exec_targets as T
+import pytest
+
+import chongming_nb as cn
+from chongming_nb.core.errors import ConfigurationError
+from chongming_nb.core.models import FailureKind
+from chongming_nb.core.states import TaskStatus as S
+from chongming_nb.runtime.executors.process import ProcessExecutor
+from chongming_nb.testing.executor_contract import poll_until
+
+WAIT = 60.0
+
+
+@pytest.fixture
+def ctl() -> Iterator[cn.Controller]:
+    c = cn.Controller(executor="process", stop_grace=0.3, pause_grace=30)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def _wait_running(ctl: cn.Controller, h: object) -> None:
+    assert poll_until(lambda: ctl.get(h).status is S.RUNNING, WAIT), ctl.get(h)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_uncooperative_cpu_loop_is_stopped_for_real(ctl: cn.Controller) -> None:
+    h = ctl.submit(T.burn_forever)
+    _wait_running(ctl, h)
+    pid = ctl.get(h).pid
+    assert pid is not None and pid != os.getpid()
+    assert not _gone(pid)
+    h.stop()
+    assert h.wait(WAIT)
+    snap = ctl.get(h)
+    assert snap.status is S.STOPPED
+    assert snap.failure is not None and snap.failure.kind is FailureKind.CANCELLED
+    rec = ctl.attempts(h)[-1]
+    assert rec.abandoned is False and rec.outcome is S.STOPPED
+    assert _gone(pid), f"process {pid} survived the stop"
+
+
+def test_lambda_and_closure_get_a_clear_error_and_nothing_is_created(ctl: cn.Controller) -> None:
+    def local(ctx: cn.TaskContext) -> int:
+        return 1
+
+    for fn in (lambda ctx: 1, local):
+        with pytest.raises(ConfigurationError, match="executor='thread'") as err:
+            ctl.submit(fn)
+        assert "cannot be pickled" in str(err.value)
+    with pytest.raises(ConfigurationError, match="argument 0"):
+        ctl.submit(T.takes_arg, lambda: 0)
+    assert ctl.list_tasks() == []
+
+
+def test_function_defined_in_a_notebook_gets_a_clear_error(
+    ctl: cn.Controller, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    main = types.ModuleType("__main__")  # like IPython's: no __file__
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    ns: dict[str, object] = {"__name__": "__main__"}
+    exec("def cell_task(ctx):\n    return 1\n", ns)
+    main.cell_task = ns["cell_task"]  # type: ignore[attr-defined]
+    with pytest.raises(ConfigurationError, match="interactive session"):
+        ctl.submit(ns["cell_task"])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("target", "code"), [(T.segfault, -signal.SIGSEGV), (T.abort, -signal.SIGABRT)]
+)
+def test_a_crashing_child_fails_with_its_exit_code(
+    ctl: cn.Controller, target: object, code: int
+) -> None:
+    h = ctl.submit(target)  # type: ignore[arg-type]
+    assert h.wait(WAIT)
+    snap = ctl.get(h)
+    assert snap.status is S.FAILED
+    f = snap.failure
+    assert f is not None and f.kind is FailureKind.NONZERO_EXIT
+    assert f.exit_code == code
+    assert "result unknown, partial side effects possible" in f.message
+    assert ctl.attempts(h)[-1].exit_code == code
+    # the kernel survived, and the controller still runs tasks
+    assert ctl.submit(T.square, 7).result(timeout=WAIT) == 49
+
+
+def test_a_child_that_dies_before_starting_says_so(ctl: cn.Controller) -> None:
+    h = ctl.submit(T.takes_arg, T.DiesWhenLoaded())
+    assert h.wait(WAIT)
+    f = ctl.get(h).failure
+    assert f is not None and f.kind is FailureKind.NONZERO_EXIT and f.exit_code == 3
+    assert "before the task started" in f.message
+    assert "result unknown" not in f.message
+
+
+def test_heartbeats_cross_the_pipe_so_idle_timeout_does_not_fire(ctl: cn.Controller) -> None:
+    h = ctl.submit(T.quiet_checkpoints, 2.0, timeout=cn.Timeout(idle=0.8))
+    assert h.result(timeout=WAIT) == "done"
+
+
+def test_idle_timeout_kills_a_silent_child(ctl: cn.Controller) -> None:
+    h = ctl.submit(T.sleeps_without_checkpoint, 60, timeout=cn.Timeout(idle=0.5))
+    _wait_running(ctl, h)
+    pid = ctl.get(h).pid
+    assert pid is not None
+    assert h.wait(WAIT)
+    snap = ctl.get(h)
+    assert snap.status is S.FAILED
+    assert snap.failure is not None and snap.failure.kind is FailureKind.TIMEOUT_IDLE
+    assert poll_until(lambda: _gone(pid), WAIT)
+
+
+def test_pause_resume_progress_and_logs(ctl: cn.Controller) -> None:
+    h = ctl.submit(T.steps, 400, "proc")
+    _wait_running(ctl, h)
+    ctl.pause(h, wait=True)
+    assert ctl.get(h).status is S.PAUSED
+    done_at_pause = ctl.get(h).progress
+    ctl.resume(h)
+    assert h.result(timeout=WAIT) == "proc"
+    snap = ctl.get(h)
+    assert snap.progress is not None and snap.progress.done == 400 and snap.progress.total == 400
+    assert done_at_pause is None or done_at_pause.done is None or done_at_pause.done < 400
+    assert any(r.line == "proc started" and r.stream == "stdout" for r in ctl.logs(h))
+
+
+def test_upstream_values_reach_the_child(ctl: cn.Controller) -> None:
+    a = ctl.submit(T.square, 6, executor="thread", name="six-squared")
+    b = ctl.submit(T.plus_upstream, "six-squared", 1, after=[a])
+    assert b.result(timeout=WAIT) == 37
+
+
+def test_exceptions_keep_their_type_and_retries_run_in_new_processes(
+    ctl: cn.Controller,
+) -> None:
+    h = ctl.submit(T.fail_first_attempt, retry=cn.RetryPolicy(max_attempts=2))
+    assert h.result(timeout=WAIT) == 2
+    first = ctl.attempts(h)[0]
+    assert first.failure_kind is FailureKind.EXCEPTION
+    assert first.traceback is not None and "first attempt fails" in first.traceback
+
+
+def test_an_unpicklable_result_is_a_clear_failure(ctl: cn.Controller) -> None:
+    h = ctl.submit(T.unpicklable_result)
+    assert h.wait(WAIT)
+    f = ctl.get(h).failure
+    assert f is not None and f.kind is FailureKind.EXCEPTION
+    assert "cannot be pickled" in f.message
+
+
+def test_bad_configuration_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="fork is unsafe"):
+        ProcessExecutor(start_method="fork")
+    with pytest.raises(ConfigurationError, match="terminate_grace"):
+        ProcessExecutor(terminate_grace=-1)
