@@ -1069,7 +1069,10 @@ class PipelineRun:
             else f"fail_fast: pipeline run stopped after {fname!r} failed"
         )
         with contextlib.suppress(InvalidTransition, TaskNotFound):
-            self.ctl.cancel(tid, reason, kind=kind)
+            # the run is held, so an unoccupied task cannot start meanwhile; a running
+            # one is left to finish (fail-fast stops dispatching, it does not kill)
+            if self.ctl.get(tid).status in UNOCCUPIED:
+                self.ctl.cancel(tid, reason, kind=kind)
 
     def _node_succeeded(self, name: str) -> None:
         nr = self._nodes[name]
