@@ -332,7 +332,7 @@ class Controller:
         self._outbox.append(ev)
         if new.status in TERMINAL:
             t.done.set()
-        else:
+        elif t.done.is_set():  # revived (retry/reset/force): clear only then, it locks
             t.done.clear()
 
     def _apply(
@@ -349,10 +349,18 @@ class Controller:
         self._outbox.append(ev)
 
     def _flush_outbox(self) -> None:
-        """Hand what was recorded under the lock to the recorder (call after releasing)."""
+        """Hand what was recorded under the lock to the recorder.
+
+        The hand-over happens under the lock: two threads flushing at once must not
+        deliver their batches out of order (a task's STOPPED before its STOPPING, or a
+        store write ahead of the version it expects). Reading ``_outbox`` without the
+        lock is a safe fast path: whoever appends under the lock flushes afterwards.
+        """
+        if not self._outbox:
+            return
         with self._lock:
             items, self._outbox = self._outbox, []
-        self._bus.put_many(items)
+            self._bus.put_many(items)
 
     def _push_timer(self, deadline: float, kind: str, task_id: str, marker: int) -> None:
         heapq.heappush(self._timers, (deadline, next(self._seq), kind, task_id, marker))
@@ -509,8 +517,7 @@ class Controller:
                 self._settle([task_id])
             else:
                 self._release(t)
-        self._flush_outbox()
-        self._pump()
+        self._pump()  # flushes the outbox before it launches anything
         return TaskHandle(self, task_id)
 
     # ------------------------------------------------------------ dependencies
@@ -668,7 +675,7 @@ class Controller:
                     launches.append(self._prepare_launch(t))
                 for item in skipped:
                     heapq.heappush(self._ready, item)
-            self._flush_outbox()
+                self._flush_outbox()  # same critical section: one lock round-trip
             if not launches:
                 return
             for t, ex, req, rep in launches:

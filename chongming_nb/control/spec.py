@@ -7,8 +7,10 @@ process and dask executors, and stays callable in tests).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import threading
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar, overload
@@ -32,7 +34,8 @@ class TaskSpec:
     compensate: Callable[..., Any] | None = None
 
     def merged(self, **overrides: Any) -> TaskSpec:
-        return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+        changes = {k: v for k, v in overrides.items() if v is not None}
+        return replace(self, **changes) if changes else self
 
 
 def _validate(
@@ -132,7 +135,43 @@ def spec_of(fn: Callable[..., Any]) -> TaskSpec:
     spec = getattr(fn, SPEC_ATTR, None)
     if isinstance(spec, TaskSpec):
         return spec
-    return TaskSpec(name=_default_name(fn))
+    cached = _cached(fn, "spec")
+    if isinstance(cached, TaskSpec):
+        return cached
+    spec = TaskSpec(name=_default_name(fn))
+    _remember(fn, "spec", spec)
+    return spec
+
+
+# Per-function facts that submit() needs every time (signature, default spec): computing
+# them dominates a cheap task's submit. Keyed weakly, so a function (or a lambda made per
+# call) is not kept alive; callables that take no weak reference are simply not cached.
+_FACTS: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+_FACTS_LOCK = threading.Lock()
+
+
+def _cached(fn: Any, key: str) -> Any:
+    try:
+        facts = _FACTS.get(fn)
+    except TypeError:  # unhashable or not weak-referenceable
+        return None
+    return None if facts is None else facts.get(key)
+
+
+def _remember(fn: Any, key: str, value: Any) -> None:
+    with _FACTS_LOCK, contextlib.suppress(TypeError):  # not weak-referenceable
+        _FACTS.setdefault(fn, {})[key] = value
+
+
+def _signature(fn: Callable[..., Any]) -> inspect.Signature | None:
+    sig = _cached(fn, "sig")
+    if sig is None:
+        try:
+            sig = inspect.signature(fn)
+        except (TypeError, ValueError):
+            sig = False
+        _remember(fn, "sig", sig)
+    return sig or None
 
 
 _CTX_NAMES = ("ctx", "context")
@@ -145,9 +184,8 @@ def wants_context(fn: Callable[..., Any]) -> bool:
     TaskContext. Other callables (``time.sleep``, ``pd.read_csv``) are called as they are;
     they cannot checkpoint, so a stop can only abandon them.
     """
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
+    sig = _signature(fn)
+    if sig is None:
         return False
     params = [
         p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
@@ -164,9 +202,8 @@ def check_arguments(
     fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], inject: bool
 ) -> None:
     """Bind the call now, so a wrong call fails at submit time and not in a thread."""
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
+    sig = _signature(fn)
+    if sig is None:
         return
     try:
         if inject:

@@ -93,8 +93,15 @@ class _Worker:
             handle, request, reporter = job
             outcome = run_attempt(request, handle.token, reporter)
             handle._done.set()
+            # Park *before* reporting: the controller launches the next queued task from
+            # inside ``finished``, and the most recently parked worker (this one) takes
+            # it, so a stream of short tasks stays on one thread instead of waking
+            # another one per task. An abandoned worker never parks (abandonment needs
+            # ``running``, which is False from ``_done.set()`` on, so it cannot happen
+            # after this check).
+            parked = not self.abandoned and self.pool._park(self)
             reporter.finished(outcome)
-            if self.abandoned or not self.pool._park(self):
+            if not parked:
                 return
 
 
