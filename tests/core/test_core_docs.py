@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
+
+import pytest
 
 from chongming_nb import TRANSITIONS, TaskStatus
 from chongming_nb.core.docs import GENERATED_PATH, REGENERATE_COMMAND, render_state_table
@@ -44,7 +48,31 @@ def test_verb_table_is_computed_from_the_state_machine() -> None:
     assert "`skip` is listed from `failed`" in text
 
 
-def test_gen_docs_check_mode(tmp_path: Path) -> None:
+def _load_gen_docs() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gen_docs", ROOT / "tools" / "gen_docs.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_gen_docs_writes_and_detects_a_stale_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gen = _load_gen_docs()
+    monkeypatch.setattr(gen, "ROOT", tmp_path)
+    target = tmp_path / GENERATED_PATH
+    assert gen.main(["--check"]) == 1  # missing counts as stale
+    assert gen.main([]) == 0
+    assert target.read_text(encoding="utf-8") == render_state_table()
+    assert gen.main(["--check"]) == 0
+    target.write_text(render_state_table().replace("`lost`", "`gone`"), encoding="utf-8")
+    capsys.readouterr()
+    assert gen.main(["--check"]) == 1
+    assert REGENERATE_COMMAND in capsys.readouterr().err
+
+
+def test_gen_docs_check_passes_on_the_repository() -> None:
     out = subprocess.run(
         [sys.executable, str(ROOT / "tools" / "gen_docs.py"), "--check"],
         capture_output=True,
