@@ -524,9 +524,9 @@ class Controller:
 
     def _settle(self, ids: list[str]) -> None:
         """Re-evaluate BLOCKED tasks in ``ids`` (and, transitively, what they unblock)."""
-        work = list(ids)
+        work = deque(ids)  # FIFO: dependants are released in the order they were submitted
         while work:
-            t = self._tasks[work.pop()]
+            t = self._tasks[work.popleft()]
             if t.snap.status is not S.BLOCKED:
                 continue
             ups = [self._tasks[d].snap.status for d in t.deps]
