@@ -55,6 +55,23 @@ __all__ = ["MIGRATIONS", "SqliteStore"]
 
 _HEADER = b"SQLite format 3\x00"
 
+#: Files (device, inode) this process holds SqliteStore connections on, with a count.
+#: Closing *any* descriptor of a file drops every POSIX lock this process holds on it,
+#: including the SHARED lock SQLite keeps in WAL mode; another process would then take
+#: itself for the last connection and delete the WAL under our feet (later commits
+#: lost). So the raw header check below runs only while no connection of ours is open.
+_LIVE: dict[tuple[int, int], int] = {}
+_LIVE_LOCK = threading.Lock()
+
+
+def _file_key(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
 #: Schema migrations: target version -> statements that bring version-1 up to it.
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -234,6 +251,10 @@ class SqliteStore:
         except BaseException:
             self._conn.close()
             raise
+        self._key = _file_key(self._path)
+        if self._key is not None:
+            with _LIVE_LOCK:
+                _LIVE[self._key] = _LIVE.get(self._key, 0) + 1
 
     # ------------------------------------------------------------ opening
     def _fail(self, what: str, exc: BaseException | None = None) -> StoreError:
@@ -255,6 +276,9 @@ class SqliteStore:
         if not os.access(parent, os.W_OK | os.X_OK):
             raise self._fail(f"directory {parent} is not writable")
         if path.exists():
+            with _LIVE_LOCK:
+                if _LIVE.get(_file_key(path) or (-1, -1)):
+                    return  # opened by SQLite in this process already: no raw open/close
             try:
                 with path.open("rb") as fh:
                     header = fh.read(len(_HEADER))
@@ -787,3 +811,10 @@ class SqliteStore:
             self._closed = True
             with suppress(sqlite3.Error):
                 self._conn.close()
+            if self._key is not None:
+                with _LIVE_LOCK:
+                    left = _LIVE.get(self._key, 0) - 1
+                    if left > 0:
+                        _LIVE[self._key] = left
+                    else:
+                        _LIVE.pop(self._key, None)
