@@ -183,7 +183,7 @@ def make_request(
         n = next(_ids)
     return ExecutionRequest(
         task_id=f"contract-{n}",
-        name=name or getattr(target, "__name__", "task"),
+        name=name or str(getattr(target, "__name__", "task")),
         attempt=attempt,
         target=target,
         args=args,

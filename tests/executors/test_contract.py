@@ -3,7 +3,7 @@ executor: inline, thread, process and dask."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -30,7 +30,7 @@ CASES = [
 
 
 @pytest.fixture
-def make_profile(request: pytest.FixtureRequest) -> Callable[[str], ExecutorProfile]:
+def make_profile(request: pytest.FixtureRequest) -> Iterator[Callable[[str], ExecutorProfile]]:
     made: list[Any] = []
 
     def make(name: str) -> ExecutorProfile:
@@ -48,7 +48,7 @@ def make_profile(request: pytest.FixtureRequest) -> Callable[[str], ExecutorProf
 
         return ExecutorProfile(name, factory, background, pause, verdict, timeout=60.0)
 
-    yield make  # type: ignore[misc]
+    yield make
     for e in made:
         e.shutdown()
 

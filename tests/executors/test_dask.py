@@ -10,6 +10,7 @@ import exec_targets as T
 import pytest
 
 import chongming_nb as cn
+from chongming_nb.control.pipeline import Pipeline
 from chongming_nb.core.errors import ConfigurationError
 from chongming_nb.core.models import FailureKind
 from chongming_nb.core.states import TaskStatus as S
@@ -71,7 +72,7 @@ def test_after_and_pipelines(ctl: cn.Controller) -> None:
     b = ctl.submit(T.plus_upstream, "square", 1, after=[a])
     assert b.result(timeout=WAIT) == 17
 
-    pipe = cn.Pipeline("dask-pipe")
+    pipe = Pipeline("dask-pipe")
     first = pipe.add(T.square, args=(3,), name="three")
     second = pipe.add(T.plus_upstream, args=("three", 100), deps=[first], name="more")
     run = pipe.submit(ctl)

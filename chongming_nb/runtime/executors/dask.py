@@ -255,6 +255,14 @@ def run_on_worker(exec_id: str, key: str, request: ExecutionRequest, interval: f
     return {"outcome": outcome_to_wire(outcome, pickle.dumps), "sent": sent, "tail": tail}
 
 
+def _cloudpickle_dumps(obj: Any) -> bytes:
+    """What dask uses for functions and objects that plain pickle refuses."""
+    import cloudpickle  # type: ignore[import-untyped]
+
+    data: bytes = cloudpickle.dumps(obj)
+    return data
+
+
 async def _kill_this_process() -> None:  # runs on the worker chosen for a forced stop
     import signal
 
@@ -276,7 +284,7 @@ class DaskHandle:
         self.worker_pid: int | None = None
         self._ex = executor
         self._reporter = reporter
-        self.state = _NO_CONTROL
+        self.state: tuple[Any, ...] = _NO_CONTROL
         self.received = 0
         self.expected: int | None = None
         self.result: dict[str, Any] | None = None
@@ -415,10 +423,8 @@ class DaskExecutor:
 
     def validate(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Submit-time check: dask must be able to serialise the task (cloudpickle)."""
-        import cloudpickle
-
         try:
-            cloudpickle.dumps((target, args, kwargs))
+            _cloudpickle_dumps((target, args, kwargs))
         except Exception as exc:
             raise ConfigurationError(
                 f"the dask executor cannot serialise this task: {type(exc).__name__}: {exc}; "
@@ -428,10 +434,8 @@ class DaskExecutor:
     # ----------------------------------------------------------------- launch
 
     def launch(self, request: ExecutionRequest, reporter: Reporter) -> DaskHandle:
-        import cloudpickle
-
         client = self.start()
-        upstream = portable_upstream(request.upstream, cloudpickle.dumps)
+        upstream = portable_upstream(request.upstream, _cloudpickle_dumps)
         if upstream is not request.upstream:
             request = replace(request, upstream=upstream)
         key = f"chongming-{request.name}-{request.task_id}-{request.attempt}-{next(self._seq)}"
