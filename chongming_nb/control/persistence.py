@@ -95,17 +95,20 @@ def write_batch(store: Any, batch: Sequence[Any]) -> int:
     touches: list[Touch] = []
     logs: dict[str, list[Any]] = {}
     clears: list[str] = []
+    add_item = items.append
+    add_transition = transitions.append
     for item in batch:
-        if isinstance(item, Event):
+        # store writes are tuples, everything else is an event; most common first
+        if item.__class__ is not tuple:
             if isinstance(item, DURABLE_EVENTS):
                 events.append(event_record(item))
             continue
         op = item[0]
-        if op == "create":
-            items.append((item[1], None))
-        elif op == "save":
-            items.append((item[1], item[2]))
-            transitions.append(item[3])
+        if op == "save":
+            add_item((item[1], item[2]))
+            add_transition(item[3])
+        elif op == "create":
+            add_item((item[1], None))
         elif op == "attempt":
             rec: AttemptRecord = item[1]
             attempts[(rec.task_id, rec.attempt)] = rec

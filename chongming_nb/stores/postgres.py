@@ -224,6 +224,10 @@ _TOUCH = (
 _TERMINAL_VALUES = sorted(s.value for s in TERMINAL)
 
 
+class _Missed(Exception):
+    """An update of a group commit matched no row (rolls its savepoint back)."""
+
+
 def redact(url: str) -> str:
     """``url`` without its password."""
     return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", url)
@@ -393,32 +397,58 @@ class PostgresStore:
         attempts: Sequence[AttemptRecord] = (),
         events: Sequence[EventRecord] = (),
     ) -> None:
-        rows = [(codec.snapshot_to_row(s), expect) for s, expect in collapse(items)]
+        creates: list[tuple[Any, ...]] = []
+        updates: list[tuple[Any, ...]] = []
+        for snap, expect in collapse(items):
+            row = codec.snapshot_to_row(snap)
+            if expect is None:
+                creates.append(tuple(row.values()))
+            else:
+                updates.append((*(row[c] for c in _UPDATE_COLS), row["task_id"], expect))
         trows = [
             tuple(codec.transition_to_row(t)[c] for c in codec.TRANSITION_COLUMNS)
             for t in transitions
         ]
         arows = [tuple(codec.attempt_to_row(a)[c] for c in codec.ATTEMPT_COLUMNS) for a in attempts]
         erows = [tuple(codec.event_to_row(e)[c] for c in codec.EVENT_COLUMNS) for e in events]
+        # one executemany per kind of row: psycopg pipelines them (no round trip per row)
         with self._write() as conn:
             cur = conn.cursor()
-            for row, expect in rows:
-                if expect is None:
-                    try:
-                        cur.execute(_INSERT_TASK, tuple(row.values()))
-                    except pg_errors.UniqueViolation as exc:
-                        raise StoreError(
-                            f"task {row['task_id']} already exists in {self.url}"
-                        ) from exc
-                    continue
-                cur.execute(_UPDATE_TASK, (*(row[c] for c in _UPDATE_COLS), row["task_id"], expect))
-                if cur.rowcount != 1:
+            if creates:
+                try:
+                    with conn.transaction():  # a savepoint, so the error can be named
+                        cur.executemany(_INSERT_TASK, creates)
+                except pg_errors.UniqueViolation as exc:
+                    ids = [values[0] for values in creates]
                     found = cur.execute(
-                        "SELECT status_version FROM tasks WHERE task_id = %s", (row["task_id"],)
-                    ).fetchone()
-                    raise ConcurrencyConflict(
-                        row["task_id"], expect, None if found is None else int(found[0])
+                        "SELECT task_id FROM tasks WHERE task_id = ANY(%s) ORDER BY task_id",
+                        (ids,),
+                    ).fetchall()
+                    dup = found[0][0] if found else "?"
+                    raise StoreError(f"task {dup} already exists in {self.url}") from exc
+            if updates:
+                try:
+                    with conn.transaction():  # a savepoint: undone when one misses
+                        cur.executemany(_UPDATE_TASK, updates)
+                        # task_id is unique: each update matches at most one row, so the
+                        # total is the number of updates exactly when none missed
+                        if cur.rowcount != len(updates):
+                            raise _Missed
+                except _Missed:
+                    current = dict(
+                        cur.execute(
+                            "SELECT task_id, status_version FROM tasks WHERE task_id = ANY(%s)",
+                            ([values[-2] for values in updates],),
+                        ).fetchall()
                     )
+                    for values in updates:
+                        tid, expect = values[-2], values[-1]
+                        now = current.get(tid)
+                        if now is None or int(now) != expect:
+                            raise ConcurrencyConflict(
+                                tid, expect, None if now is None else int(now)
+                            ) from None
+                    raise ConcurrencyConflict(updates[0][-2], updates[0][-1], None) from None
             if trows:
                 cur.executemany(_INSERT_TRANSITION, trows)
             if arows:

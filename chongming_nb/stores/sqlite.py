@@ -22,9 +22,9 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -234,6 +234,59 @@ def _t(value: datetime | None) -> str | None:
     return codec.dt_to_text(value)
 
 
+def _status_value(value: Any) -> str:
+    return str(value.value if value.__class__ is TaskStatus else TaskStatus(value).value)
+
+
+def _utc(value: Any) -> datetime | None:
+    """``value`` when it is already an aware UTC datetime (the common case), else None
+    (the caller then validates through the codec, which names what was wrong)."""
+    if value.__class__ is datetime and value.tzinfo is UTC:
+        return value
+    return None
+
+
+def _transition_values(
+    t: Transition, tx: Callable[[datetime | None], str | None]
+) -> tuple[Any, ...]:
+    """``codec.transition_to_row`` as a tuple in column order, times as text."""
+    return (
+        t.task_id,
+        t.version,
+        _status_value(t.from_status),
+        _status_value(t.to_status),
+        t.trigger,
+        t.actor,
+        t.reason,
+        tx(_utc(t.at) or codec.utc_req(t.at, f"task {t.task_id}: transition {t.version} at")),
+        bool(t.override),
+    )
+
+
+def _attempt_values(
+    a: AttemptRecord, tx: Callable[[datetime | None], str | None]
+) -> tuple[Any, ...]:
+    """``codec.attempt_to_row`` as a tuple in column order, times as text."""
+    started, ended = _utc(a.started_at), _utc(a.ended_at)
+    if started is None:
+        started = codec.utc_req(a.started_at, f"task {a.task_id}: attempt {a.attempt} started_at")
+    if ended is None and a.ended_at is not None:
+        ended = codec.utc(a.ended_at, f"task {a.task_id}: attempt {a.attempt} ended_at")
+    return (
+        a.task_id,
+        a.attempt,
+        tx(started),
+        tx(ended),
+        None if a.outcome is None else _status_value(a.outcome),
+        None if a.failure_kind is None else a.failure_kind.value,
+        a.failure_message,
+        a.traceback,
+        a.executor,
+        bool(a.abandoned),
+        a.exit_code,
+    )
+
+
 class SqliteStore:
     """A ``TaskStore`` in one SQLite file. ``path`` may be ``~``-relative."""
 
@@ -435,39 +488,77 @@ class SqliteStore:
         attempts: Sequence[AttemptRecord] = (),
         events: Sequence[EventRecord] = (),
     ) -> None:
-        rows = [(self._task_values(s), expect) for s, expect in collapse(items)]
-        trows = [
-            tuple(_t(v) if k == "at" else v for k, v in codec.transition_to_row(t).items())
-            for t in transitions
-        ]
-        arows = [
-            tuple(codec.times_to_text(codec.attempt_to_row(a), ("started_at", "ended_at")).values())
-            for a in attempts
-        ]
+        # Hot path of every controller batch: rows are built as tuples in column order,
+        # each distinct instant is formatted once per batch (a task's queued/started/
+        # ended times recur in its snapshot, transitions and attempt), and each kind of
+        # row goes to SQLite in one executemany.
+        memo: dict[datetime, str] = {}
+
+        def tx(value: datetime | None) -> str | None:
+            if value is None:
+                return None
+            text = memo.get(value)
+            if text is None:
+                text = memo[value] = value.isoformat(timespec="microseconds")
+                if value.tzinfo is not UTC:  # already validated aware; make it UTC text
+                    text = memo[value] = str(codec.dt_to_text(value))
+            return text
+
+        creates: list[tuple[Any, ...]] = []
+        updates: list[tuple[Any, ...]] = []
+        for snap, expect in collapse(items):
+            row = codec.snapshot_to_row(snap)
+            for c in _TASK_TIMES:
+                row[c] = tx(row[c])
+            if expect is None:
+                creates.append(tuple(row.values()))
+            else:
+                updates.append((*(row[c] for c in _UPDATE_COLS), row["task_id"], expect))
+        trows = [_transition_values(t, tx) for t in transitions]
+        arows = [_attempt_values(a, tx) for a in attempts]
         erows = [
-            tuple(codec.times_to_text(codec.event_to_row(e), ("at",)).values()) for e in events
+            (
+                e.event_id,
+                e.task_id,
+                tx(codec.utc_req(e.at, f"event {e.event_id} at")),
+                e.type,
+                codec.dumps_obj(e.payload, f"event {e.event_id} payload") or "{}",
+            )
+            for e in events
         ]
         with self._write() as conn:
-            for row, expect in rows:
-                if expect is None:
-                    try:
-                        conn.execute(_INSERT_TASK, tuple(row.values()))
-                    except sqlite3.IntegrityError as exc:
-                        raise StoreError(
-                            f"task {row['task_id']} already exists in {self.url}"
-                        ) from exc
-                    continue
-                cur = conn.execute(
-                    _UPDATE_TASK,
-                    (*(row[c] for c in _UPDATE_COLS), row["task_id"], expect),
-                )
-                if cur.rowcount != 1:
-                    found = conn.execute(
-                        "SELECT status_version FROM tasks WHERE task_id = ?", (row["task_id"],)
-                    ).fetchone()
-                    raise ConcurrencyConflict(
-                        row["task_id"], expect, None if found is None else int(found[0])
-                    )
+            if creates:
+                try:
+                    conn.executemany(_INSERT_TASK, creates)
+                except sqlite3.IntegrityError:
+                    dup = None
+                    for values in creates:  # which one? (the batch is rolled back)
+                        if conn.execute(
+                            "SELECT 1 FROM tasks WHERE task_id = ?", (values[0],)
+                        ).fetchone():
+                            dup = values[0]
+                            break
+                    raise StoreError(f"task {dup} already exists in {self.url}") from None
+            if updates:
+                conn.execute("SAVEPOINT chongming_updates")
+                cur = conn.executemany(_UPDATE_TASK, updates)
+                # task_id is unique: each update matches at most one row, so the total
+                # is the number of updates exactly when none of them missed its version
+                if cur.rowcount != len(updates):
+                    # undo them and name the first that does not match (the write lock
+                    # is ours, nobody changes a version meanwhile)
+                    conn.execute("ROLLBACK TO chongming_updates")
+                    for values in updates:
+                        tid, expect = values[-2], values[-1]
+                        found = conn.execute(
+                            "SELECT status_version FROM tasks WHERE task_id = ?", (tid,)
+                        ).fetchone()
+                        if found is None or int(found[0]) != expect:
+                            raise ConcurrencyConflict(
+                                tid, expect, None if found is None else int(found[0])
+                            )
+                    raise ConcurrencyConflict(updates[0][-2], updates[0][-1], None)
+                conn.execute("RELEASE chongming_updates")
             if trows:
                 conn.executemany(_INSERT_TRANSITION, trows)
             if arows:
