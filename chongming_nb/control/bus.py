@@ -72,7 +72,8 @@ class EventBus:
             return
         with self._cond:
             self._queue.extend(items)
-            self._idle.clear()
+            if self._idle.is_set():  # both flips happen under _cond: no race
+                self._idle.clear()
             self._cond.notify()
 
     def flush(self, timeout: float | None = 10.0) -> bool:

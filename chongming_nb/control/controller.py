@@ -119,7 +119,6 @@ class _Task:
     logs: deque[LogRecord] | None = None
     result: Any = None
     exception: BaseException | None = None
-    done: threading.Event = field(default_factory=threading.Event)
     handle: ExecutionHandle | None = None
     abandoned: ExecutionHandle | None = None
     exec_attempt: int = 0  # attempt number of the live execution, 0 = none
@@ -233,6 +232,9 @@ class Controller:
         self._executors: dict[str, Executor] = {}
         self._lock = threading.RLock()
         self._wake = threading.Condition(self._lock)
+        # one condition for every wait(): a threading.Event per task would cost ~600
+        # bytes per finished task (Condition + locks + deque) for nothing
+        self._terminal = threading.Condition(self._lock)
         self._tasks: dict[str, _Task] = {}
         self._by_key: dict[str, str] = {}
         self._ready: list[tuple[int, int, str]] = []
@@ -331,9 +333,7 @@ class Controller:
             self._outbox.append(("save", new, prev_version, tr))
         self._outbox.append(ev)
         if new.status in TERMINAL:
-            t.done.set()
-        elif t.done.is_set():  # revived (retry/reset/force): clear only then, it locks
-            t.done.clear()
+            self._terminal.notify_all()
 
     def _apply(
         self, t: _Task, method: Callable[..., tuple[TaskSnapshot, Transition]], *a: Any, **kw: Any
@@ -893,6 +893,7 @@ class Controller:
                 return
             t.exec_attempt = 0
             t.handle = None
+            t.hb = None  # frees the attempt's token and reporter (memory per finished task)
             self._free_slot(t)
             if t.live is not None:
                 t.snap = t.snap.evolve(progress=self._live_progress(t))
@@ -1116,6 +1117,7 @@ class Controller:
         s = t.snap
         t.exec_attempt = 0
         t.handle = None
+        t.hb = None
         self._free_slot(t)
         if verdict == "abandoned":
             t.abandoned = h
@@ -1476,7 +1478,9 @@ class Controller:
     def wait(self, task_id: Any, timeout: float | None = None) -> TaskSnapshot:
         """Block until the task is terminal. TimeoutError after ``timeout``; no side effects."""
         t = self._task(task_id)
-        if not t.done.wait(timeout):
+        with self._lock:
+            done = self._terminal.wait_for(lambda: t.snap.status in TERMINAL, timeout)
+        if not done:
             raise TimeoutError(
                 f"task {t.snap.task_id} ({t.snap.name}) still {t.snap.status} after {timeout}s"
             )

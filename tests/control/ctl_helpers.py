@@ -14,6 +14,7 @@ from chongming_nb.core.events import Event
 from chongming_nb.runtime.cancellation import CancellationToken
 from chongming_nb.runtime.executors import ExecutionRequest, Reporter, run_attempt
 from chongming_nb.runtime.executors.thread import ThreadHandle
+from chongming_nb.testing import FakeClock
 
 S = TaskStatus
 DEADLINE = 10.0  # real seconds: generous, only hit when something is broken
@@ -123,3 +124,37 @@ def ok_task(ctx: TaskContext, value: Any = None) -> Any:
 
 def failing_task(ctx: TaskContext, message: str = "boom") -> None:
     raise ValueError(message)
+
+
+class Rig:
+    """Makes controllers and gates and cleans them all up."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.controllers: list[Controller] = []
+        self.gates: list[Gate] = []
+        self.executors: list[GatedExecutor] = []
+
+    def controller(self, **kw: Any) -> Controller:
+        kw.setdefault("clock", self.clock)
+        ctl = Controller(**kw)
+        self.controllers.append(ctl)
+        return ctl
+
+    def gate(self) -> Gate:
+        g = Gate()
+        self.gates.append(g)
+        return g
+
+    def gated_executor(self) -> GatedExecutor:
+        ex = GatedExecutor()
+        self.executors.append(ex)
+        return ex
+
+    def close(self) -> None:
+        for g in self.gates:
+            g.release()
+        for ex in self.executors:
+            ex.go.set()
+        for ctl in self.controllers:
+            ctl.close()

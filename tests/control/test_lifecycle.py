@@ -13,8 +13,7 @@ import threading
 import time
 
 import pytest
-from conftest import Rig
-from ctl_helpers import Gate, failing_task, wait_status, wait_until
+from ctl_helpers import Gate, Rig, failing_task, wait_status, wait_until
 
 from chongming_nb import (
     AttemptFailed,

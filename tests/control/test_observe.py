@@ -9,8 +9,7 @@ import threading
 
 import pandas as pd
 import pytest
-from conftest import Rig
-from ctl_helpers import failing_task, ok_task, wait_status, wait_until
+from ctl_helpers import Rig, failing_task, ok_task, wait_status, wait_until
 
 from chongming_nb import (
     ConfigurationError,

@@ -5,8 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from conftest import Rig
-from ctl_helpers import failing_task, ok_task, wait_status, wait_until
+from ctl_helpers import Rig, failing_task, ok_task, wait_status, wait_until
 
 from chongming_nb import (
     BucketPolicy,

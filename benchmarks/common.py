@@ -1,0 +1,67 @@
+"""Shared helpers for the benchmark modules: the result row and small timing tools."""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+#: Keys every result row carries (the runner checks them).
+KEYS = ("metric", "ours", "peer", "ratio", "target", "pass", "unit")
+
+
+def result(
+    metric: str,
+    ours: float | None,
+    unit: str,
+    *,
+    target: str,
+    passed: bool | None,
+    peer: Mapping[str, float | None] | float | None = None,
+    ratio: float | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """One row of the table. ``passed`` None means "no target to judge" (reported as
+    n/a); ``extra`` keys (notes, raw samples) go to the JSON only."""
+    row: dict[str, Any] = {
+        "metric": metric,
+        "ours": ours,
+        "peer": dict(peer) if isinstance(peer, Mapping) else peer,
+        "ratio": ratio,
+        "target": target,
+        "pass": passed,
+        "unit": unit,
+    }
+    row.update(extra)
+    return row
+
+
+def best_of(repeats: int, fn: Callable[[], float]) -> float:
+    """The smallest of ``repeats`` timings (the least disturbed by other processes)."""
+    return min(fn() for _ in range(max(1, repeats)))
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    """Wall seconds of one call, with the garbage collector quiet during it."""
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+    finally:
+        if was:
+            gc.enable()
+
+
+def median(values: list[float]) -> float:
+    return float(statistics.median(values))
+
+
+def safe_ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return a / b

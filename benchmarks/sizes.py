@@ -1,0 +1,41 @@
+"""Every benchmark size in one place.
+
+``tiny`` is the smoke size the test suite runs (seconds); ``full`` is what
+``docs/performance.md`` reports. Each benchmark module reads its own section with
+``size_of(size, "<module>")``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SIZES: dict[str, dict[str, dict[str, Any]]] = {
+    "tiny": {
+        "overhead": {"items": 20_000, "calls": 20_000, "repeats": 3},
+        "throughput": {"tasks": 300, "workers": 4},
+        "latency": {"trials": 3, "interval": 0.002, "item_seconds": 0.0001},
+        "memory": {"tasks": 500},
+        "frames": {"attempts": 2_000, "attempts_per_task": 5, "repeats": 2},
+        # read by bench_dag.py, bench_executors.py and the notebook's widget benchmark
+        "dag": {"nodes": 50},
+        "executors": {"tasks": 4, "work": 20_000},
+        "widget": {"tasks": 100, "seconds": 1.0},
+    },
+    "full": {
+        "overhead": {"items": 2_000_000, "calls": 2_000_000, "repeats": 5},
+        "throughput": {"tasks": 10_000, "workers": 4},
+        "latency": {"trials": 21, "interval": 0.002, "item_seconds": 0.0001},
+        "memory": {"tasks": 100_000},
+        "frames": {"attempts": 100_000, "attempts_per_task": 5, "repeats": 3},
+        "dag": {"nodes": 1_000},
+        "executors": {"tasks": 8, "work": 2_000_000},
+        "widget": {"tasks": 10_000, "seconds": 10.0},
+    },
+}
+
+
+def size_of(size: str, bench: str) -> dict[str, Any]:
+    """The parameters of ``bench`` at ``size`` (``tiny`` or ``full``)."""
+    if size not in SIZES:
+        raise ValueError(f"unknown size {size!r}; choose one of {', '.join(SIZES)}")
+    return dict(SIZES[size].get(bench, {}))
