@@ -97,3 +97,18 @@ def stubborn(ctx: TaskContext, seconds: float) -> str:
     while time.monotonic() < end:
         pass
     return "finished anyway"
+
+
+def _slow_value(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+class SlowToLoad:
+    """An argument that takes ``seconds`` to unpickle: a child that is slow to start."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_slow_value, (self.seconds,))

@@ -117,6 +117,12 @@ def test_heartbeats_cross_the_pipe_so_idle_timeout_does_not_fire(ctl: cn.Control
     assert h.result(timeout=WAIT) == "done"
 
 
+def test_the_idle_clock_starts_when_the_child_starts(ctl: cn.Controller) -> None:
+    # the argument takes 1.2 s to load in the child, then the task checkpoints for 1.2 s
+    h = ctl.submit(T.quiet_checkpoints, T.SlowToLoad(1.2), timeout=cn.Timeout(idle=0.5))
+    assert h.result(timeout=WAIT) == "done"
+
+
 def test_idle_timeout_kills_a_silent_child(ctl: cn.Controller) -> None:
     h = ctl.submit(T.sleeps_without_checkpoint, 60, timeout=cn.Timeout(idle=0.5))
     _wait_running(ctl, h)

@@ -327,6 +327,10 @@ def deliver(msg: tuple[Any, ...], reporter: Reporter, token: CancellationToken) 
         token.beats += 1
         reporter.resumed()
     elif kind == "started":
+        # the idle clock starts now, not at launch (a child or a worker may take a while
+        # to come up, and that is no sign of a stuck task)
+        token.beats += 1
+        reporter.heartbeat()
         reporter.started(msg[1])
 
 
