@@ -476,6 +476,7 @@ class TaskTable(anywidget.AnyWidget):
     def _on_custom_msg(self, _widget: Any, content: Any, _buffers: Any = None) -> None:
         """Handle one message from the front end. Runs on the comm thread (a subshell
         thread while a cell is busy). Never raises."""
+        log.debug("widget message on %s: %r", threading.current_thread().name, content)
         try:
             req = S.parse_client_message(content)
         except S.SchemaError as exc:

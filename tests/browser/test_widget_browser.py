@@ -1,0 +1,275 @@
+"""The TaskTable widget in real JupyterLab + Chromium: progress moves, Pause / Resume /
+Stop round-trip to the kernel (also while another cell runs a CPU-bound loop), a board of
+2,000 tasks renders virtualised and scrolls, and user strings render as text."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+REPO = Path(__file__).resolve().parents[2]
+XSS = "<img src=x onerror=window.__xss=1>"
+
+SETUP = """\
+import time
+import chongming_nb as cn
+ctl = cn.get_controller()
+def work(ctx):
+    for _ in ctx.track(range(1_000_000), total=1_000_000, unit="rows"):
+        time.sleep(0.01)
+h = ctl.submit(work, name="cooperative")
+seen = []
+def _record(e):
+    if getattr(e, "task_id", None) == h.id and hasattr(e, "to_status"):
+        seen.append(e.to_status.value)
+ctl.watch(_record)
+h
+"""
+STATUS = "print('STATUS=' + ctl.get(h.id).status.value, 'SEEN=' + ','.join(seen))"
+BUSY = """\
+t0 = time.time()
+n = 0
+while time.time() - t0 < 20:
+    n += 1
+print('LOOP DONE', n)
+"""
+
+
+def row(nb: Any) -> Any:
+    return nb.cell(0).locator(".cn-item").first
+
+
+def badge_is(nb: Any, status: str, timeout: float = 20_000) -> None:
+    try:
+        _badge_is(nb, status, timeout)
+    except Exception as exc:
+        text = nb.page.evaluate(
+            "() => [...document.querySelectorAll('.jp-Notebook .jp-Cell')]"
+            ".map(c => c.innerText).join('\\n----\\n')"
+        )
+        raise AssertionError(f"badge never showed {status!r}; notebook shows:\n{text}") from exc
+
+
+def _badge_is(nb: Any, status: str, timeout: float) -> None:
+    nb.page.wait_for_function(
+        """(status) => {
+            const b = document.querySelector('.jp-Notebook .jp-Cell .cn-item .cn-badge');
+            return !!b && b.textContent.split(' ')[0] === status;
+        }""",
+        arg=status,
+        timeout=timeout,
+    )
+
+
+def done_count(nb: Any) -> float:
+    text = row(nb).locator(".cn-progtext").inner_text()
+    m = re.match(r"([\d.]+)", text)
+    return float(m.group(1)) if m else 0.0
+
+
+def test_progress_pause_resume_stop_round_trip(notebook: Any) -> None:
+    nb = notebook("roundtrip.ipynb", [SETUP, STATUS, "1", STATUS])
+    nb.run(0)
+    r = row(nb)
+    r.wait_for(timeout=30_000)
+    badge_is(nb, "running")
+    assert r.locator("button[data-verb=pause]").is_enabled()
+    assert r.locator("button[data-verb=resume]").is_disabled()
+    assert r.locator("button[data-verb=retry]").is_disabled()
+    first = done_count(nb)
+    nb.page.wait_for_function(
+        """(first) => {
+            const t = document.querySelector('.jp-Notebook .cn-item .cn-progtext');
+            return !!t && parseFloat(t.textContent) > first;
+        }""",
+        arg=first,
+        timeout=20_000,
+    )
+    assert done_count(nb) > first  # progress moves
+    # aria-labels name the task
+    assert r.locator("button[data-verb=pause]").get_attribute("aria-label") == (
+        "Pause task cooperative"
+    )
+
+    r.locator("button[data-verb=pause]").click()
+    badge_is(nb, "paused")
+    assert r.locator("button[data-verb=resume]").is_enabled()
+    assert r.locator("button[data-verb=pause]").is_disabled()
+    assert r.locator(".cn-ack").inner_text().startswith("Pause: ok")
+
+    r.locator("button[data-verb=resume]").click()
+    badge_is(nb, "running")
+    assert r.locator(".cn-ack").inner_text().startswith("Resume: ok")
+
+    r.locator("button[data-verb=stop]").click()
+    badge_is(nb, "stopped", timeout=15_000)
+    assert r.locator(".cn-ack").inner_text().startswith("Stop: ok")
+    for verb in ("pause", "resume", "stop", "skip"):
+        assert r.locator(f"button[data-verb={verb}]").is_disabled()
+    assert r.locator("button[data-verb=retry]").is_enabled()
+    nb.run(2)
+    nb.run(3)
+    out = nb.wait_output(3, "STATUS=")
+    assert "STATUS=stopped" in out
+    # the kernel itself went through PAUSED, back to RUNNING, then STOPPED
+    seen = out.split("SEEN=")[1].split()[0].split(",")
+    assert seen[seen.index("paused") :][:2] == ["paused", "running"], seen
+    assert seen[-2:] == ["stopping", "stopped"], seen
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: in this JupyterLab 4.6 the widget's comm message reaches the main shell "
+    "(handled after the busy cell) instead of a subshell; see docs/widgets.md",
+)
+def test_stop_click_while_a_cpu_bound_cell_runs(notebook: Any) -> None:
+    nb = notebook("busy.ipynb", [SETUP, BUSY])
+    nb.run(0)
+    r = row(nb)
+    r.wait_for(timeout=30_000)
+    badge_is(nb, "running")
+    nb.run(1, wait=False)
+    nb.wait_busy(1, timeout=20_000)
+    r.locator("button[data-verb=stop]").click()
+    badge_is(nb, "stopped", timeout=15_000)
+    assert nb.is_busy(1), "the stop should land while the CPU-bound cell is still running"
+
+
+BOARD = f"""\
+import threading
+import chongming_nb as cn
+gate = threading.Event()
+board_ctl = cn.Controller(executor="thread",
+                          concurrency=cn.ConcurrencyPolicy(max_parallel=2))
+def hold(ctx, i):
+    ctx.progress(done=i % 100, total=100, unit="%")
+    gate.wait(300)
+for i in range(2000):
+    board_ctl.submit(hold, i, name=f"task-{{i:04d}}")
+bad = board_ctl.submit(hold, 0, name={XSS!r})
+board_ctl.board(title="2,000 tasks")
+"""
+XSS_LOG = f"""\
+def noisy(ctx):
+    print({XSS!r})
+    ctx.progress(done=1, total=2, message={XSS!r})
+    raise ValueError({XSS!r})
+x = board_ctl.submit(noisy, name="noisy")
+x.wait(30); x.status.value
+"""
+
+
+def test_board_of_2000_renders_scrolls_and_escapes(notebook: Any) -> None:
+    nb = notebook("board.ipynb", [BOARD, XSS_LOG, "gate.set(); board_ctl.close()"])
+    nb.run(0, timeout=180_000)
+    page = nb.page
+    table = nb.cell(0).locator(".cn-table")
+    table.wait_for(timeout=60_000)
+    page.wait_for_function(
+        """() => {
+            const s = document.querySelector('.jp-Notebook .cn-summary');
+            return !!s && s.textContent.startsWith('2001 tasks');
+        }""",
+        timeout=60_000,
+    )
+    rendered = nb.cell(0).locator(".cn-item").count()
+    assert 0 < rendered < 100, f"rows must be virtualised, {rendered} in the DOM"
+
+    # scroll to the bottom: the last rows get rendered, the first ones leave the DOM
+    viewport = nb.cell(0).locator(".cn-viewport")
+    viewport.evaluate("v => { v.scrollTop = v.scrollHeight; }")
+    page.wait_for_function(
+        """() => [...document.querySelectorAll('.jp-Notebook .cn-item')]
+                 .some(e => e.dataset.index === '2000')""",
+        timeout=10_000,
+    )
+    assert nb.cell(0).locator(".cn-item").count() < 100
+    viewport.evaluate("v => { v.scrollTop = 0; }")
+
+    # search narrows the view; the XSS-named task renders as text
+    nb.cell(0).locator(".cn-search").fill("onerror")
+    page.wait_for_function(
+        """() => document.querySelectorAll('.jp-Notebook .cn-item').length === 1""",
+        timeout=10_000,
+    )
+    name = nb.cell(0).locator(".cn-item .cn-name")
+    assert name.inner_text() == XSS
+    assert nb.cell(0).locator(".cn-table img").count() == 0
+    nb.cell(0).locator(".cn-search").fill("")
+
+    # status filter
+    nb.cell(0).locator(".cn-filter").select_option("running")
+    page.wait_for_function(
+        """() => {
+            const items = [...document.querySelectorAll('.jp-Notebook .cn-item')];
+            return items.length === 2 && items.every(e => e.dataset.status === 'running');
+        }""",
+        timeout=10_000,
+    )
+    nb.cell(0).locator(".cn-filter").select_option("")
+
+    # a failing task with an XSS message, log line and traceback: all text
+    nb.run(1, timeout=60_000)
+    nb.wait_output(1, "failed")
+    nb.cell(0).locator(".cn-search").fill("noisy")
+    page.wait_for_function(
+        """() => {
+            const items = document.querySelectorAll('.jp-Notebook .cn-item');
+            return items.length === 1 && items[0].dataset.status === 'failed';
+        }""",
+        timeout=20_000,
+    )
+    item = nb.cell(0).locator(".cn-item").first
+    assert XSS in item.locator(".cn-msgtext").inner_text()
+    item.locator(".cn-caret").click()
+    drawer = item.locator(".cn-drawer")
+    drawer.locator(".cn-log").wait_for(timeout=20_000)
+    assert XSS in drawer.locator(".cn-log").inner_text()
+    assert "ValueError" in drawer.locator(".cn-tb pre").inner_text()
+    assert nb.cell(0).locator(".cn-table img").count() == 0
+    assert page.evaluate("() => window.__xss") is None
+    item.locator(".cn-caret").click()
+    nb.cell(0).locator(".cn-search").fill("")
+
+    # the screenshot for the README
+    page.wait_for_function(
+        """() => document.querySelectorAll('.jp-Notebook .cn-item').length > 5""",
+        timeout=10_000,
+    )
+    out = REPO / "docs" / "img" / "board.png"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    table.screenshot(path=str(out))
+    assert out.stat().st_size > 5_000
+    # render time per update stays small (recorded by widget.js)
+    times = page.evaluate("() => globalThis.__cnRenderTimes || []")
+    assert times, "widget.js records its render times"
+    times = sorted(times)
+    p95 = times[int(0.95 * (len(times) - 1))]
+    assert p95 < 50, f"p95 render {p95:.1f} ms"
+    nb.run(2)
+
+
+DISCONNECT = """\
+import chongming_nb as cn
+dctl = cn.Controller(executor="thread")
+d = dctl.submit(lambda ctx: ctx.checkpoint() or 1, name="short")
+d.wait(30)
+d
+"""
+
+
+def test_disconnected_banner_when_the_kernel_goes(notebook: Any) -> None:
+    nb = notebook("disconnect.ipynb", [DISCONNECT])
+    nb.run(0)
+    nb.cell(0).locator(".cn-item").first.wait_for(timeout=30_000)
+    nb.shutdown()
+    banner = nb.cell(0).locator(".cn-banner")
+    banner.wait_for(state="visible", timeout=30_000)
+    assert re.match(r"disconnected — state as of \d\d:\d\d:\d\d", banner.inner_text())
+    for b in nb.cell(0).locator(".cn-item button[data-verb]").all():
+        assert b.is_disabled()
