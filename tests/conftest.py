@@ -35,3 +35,16 @@ def postgres_url() -> str:
     if os.environ.get("CI") == "true":
         pytest.fail(message)
     pytest.skip(message)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the real-browser tests last.
+
+    Playwright's sync API keeps an asyncio loop marked as running on the main thread
+    for as long as the (session-scoped) browser lives; any later test that calls
+    ``asyncio.run`` or drives a Jupyter server's loop would find it busy.
+    """
+    browser = [i for i in items if "tests/browser/" in i.nodeid or i.get_closest_marker("browser")]
+    if browser:
+        rest = [i for i in items if i not in set(browser)]
+        items[:] = rest + browser
