@@ -119,6 +119,32 @@ class Executor(Protocol):
     def shutdown(self) -> None: ...
 
 
+def run_coroutine(coro: Any) -> Any:
+    """Run a task's coroutine to completion on this thread's own loop — or, when this
+    thread already runs a loop (a notebook cell calling the inline executor), on a
+    short-lived helper thread, since a loop cannot be re-entered."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    import threading
+
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = asyncio.run(coro)
+        except BaseException as exc:
+            box["error"] = exc
+
+    t = threading.Thread(target=run, name="chongming-async-inline", daemon=True)
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
 def run_attempt(request: ExecutionRequest, token: CancellationToken, reporter: Reporter) -> Outcome:
     """Run one attempt in the current thread and describe how it ended.
 
@@ -146,7 +172,7 @@ def run_attempt(request: ExecutionRequest, token: CancellationToken, reporter: R
             else:
                 value = request.target(*request.args, **request.kwargs)
             if inspect.iscoroutine(value):
-                value = asyncio.run(value)
+                value = run_coroutine(value)
         return Outcome("succeeded", value=value)
     except TaskCancelled as exc:
         return Outcome("cancelled", message=str(exc) or "stopped", exception_type="TaskCancelled")
