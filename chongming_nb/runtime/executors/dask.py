@@ -63,6 +63,8 @@ from chongming_nb.runtime.executors.process import (
 POLL_INTERVAL = 0.05
 #: How long the parent waits for reports still in flight when a result arrives.
 REPORT_GRACE = 5.0
+#: An agent with nothing to do for this long ends its thread (seconds).
+AGENT_IDLE_EXIT = 60.0
 _NO_CONTROL = (False, None, False, 0, False)
 
 
@@ -124,7 +126,7 @@ class _Agent:
         )
         self.thread.start()
 
-    def add(self, slot: _Slot) -> None:
+    def add(self, slot: _Slot) -> None:  # under _agents_lock (see _attach)
         with self.lock:
             self.slots[slot.key] = slot
         self.wake.set()
@@ -146,12 +148,23 @@ class _Agent:
         while True:
             with self.lock:
                 busy = bool(self.slots)
-            self.wake.wait(self.interval if busy else None)
+            woken = self.wake.wait(self.interval if busy else AGENT_IDLE_EXIT)
             self.wake.clear()
+            if not busy and not woken and self._retire():
+                return
             try:
                 self._tick()
             except Exception:  # the scheduler went away for a moment: try again later
                 time.sleep(self.interval)
+
+    def _retire(self) -> bool:
+        """Idle for a while: leave (a later attempt starts a new agent)."""
+        with _agents_lock, self.lock:
+            if self.slots:
+                return False
+            if _agents.get(self.exec_id) is self:
+                del _agents[self.exec_id]
+            return True
 
     def _tick(self) -> None:
         now = time.monotonic()
@@ -202,13 +215,16 @@ _agents: dict[str, _Agent] = {}
 _agents_lock = threading.Lock()
 
 
-def _agent(exec_id: str, interval: float) -> _Agent:
+def _attach(exec_id: str, interval: float, slot: _Slot) -> _Agent:
+    """The agent of this worker process for ``exec_id`` (started if needed), with
+    ``slot`` registered; atomic with respect to an idle agent retiring."""
     with _agents_lock:
         a = _agents.get(exec_id)
         if a is None:
             from distributed import get_client
 
             a = _agents[exec_id] = _Agent(exec_id, get_client(), interval)
+        a.add(slot)
         return a
 
 
@@ -239,14 +255,13 @@ def run_on_worker(exec_id: str, key: str, request: ExecutionRequest, interval: f
     Never raises: the outcome travels as data."""
     from distributed import get_worker
 
-    agent = _agent(exec_id, interval)
     token = CancellationToken()
     slot = _Slot(key, token)
+    agent = _attach(exec_id, interval, slot)
     reporter = _WorkerReporter(agent, slot, request)
     reporter.pid = os.getpid()
     with contextlib.suppress(ValueError):
         reporter.where = get_worker().address
-    agent.add(slot)
     try:
         outcome = run_attempt(request, token, reporter)
     finally:
