@@ -235,6 +235,7 @@ class Controller:
         # one condition for every wait(): a threading.Event per task would cost ~600
         # bytes per finished task (Condition + locks + deque) for nothing
         self._terminal = threading.Condition(self._lock)
+        self._pumping = threading.local()
         self._tasks: dict[str, _Task] = {}
         self._by_key: dict[str, str] = {}
         self._ready: list[tuple[int, int, str]] = []
@@ -655,7 +656,22 @@ class Controller:
             self._bucket_use[t.snap.bucket] -= 1
 
     def _pump(self) -> None:
-        """Start as many queued tasks as the policy allows (launch outside the lock)."""
+        """Start as many queued tasks as the policy allows (launch outside the lock).
+
+        Not re-entrant per thread: an inline launch finishes inside ``_launch`` and its
+        ``finished`` report pumps again; that nested call returns at once and this loop
+        picks the next task up (else N queued inline tasks nest N deep and hit the
+        recursion limit)."""
+        if getattr(self._pumping, "active", False):
+            self._flush_outbox()
+            return
+        self._pumping.active = True
+        try:
+            self._pump_loop()
+        finally:
+            self._pumping.active = False
+
+    def _pump_loop(self) -> None:
         while True:
             launches: list[tuple[_Task, Executor, ExecutionRequest, _Reporter]] = []
             with self._lock:

@@ -244,3 +244,16 @@ def test_waiting_tasks_hold_no_slot(rig: Rig, clock) -> None:  # type: ignore[no
     assert blocked.status is S.BLOCKED
     g.release()
     assert blocked.result(timeout=5) is None
+
+
+def test_many_queued_inline_tasks_do_not_nest(rig: Rig) -> None:
+    """Regression: each inline task's end pumped the next one from inside its own
+    report, nesting one level per queued task until RecursionError."""
+    ctl = rig.controller(concurrency=ConcurrencyPolicy(max_parallel=1))
+    g = rig.gate()
+    blocker = ctl.submit(g.cooperative, executor="thread")
+    wait_status(ctl, blocker, S.RUNNING)
+    hs = [ctl.submit(ok_task, i, executor="inline") for i in range(600)]
+    assert all(h.status is S.QUEUED for h in hs)
+    g.release()
+    assert [h.result(timeout=30) for h in hs] == list(range(600))
