@@ -528,17 +528,21 @@ class SqliteStore:
         ]
         with self._write() as conn:
             if creates:
+                conn.execute("SAVEPOINT chongming_creates")
                 try:
                     conn.executemany(_INSERT_TASK, creates)
                 except sqlite3.IntegrityError:
+                    # undo the rows inserted before the failing one, then name it
+                    conn.execute("ROLLBACK TO chongming_creates")
                     dup = None
-                    for values in creates:  # which one? (the batch is rolled back)
+                    for values in creates:
                         if conn.execute(
                             "SELECT 1 FROM tasks WHERE task_id = ?", (values[0],)
                         ).fetchone():
                             dup = values[0]
                             break
                     raise StoreError(f"task {dup} already exists in {self.url}") from None
+                conn.execute("RELEASE chongming_creates")
             if updates:
                 conn.execute("SAVEPOINT chongming_updates")
                 cur = conn.executemany(_UPDATE_TASK, updates)
