@@ -261,6 +261,7 @@ async def async_double(ctx: TaskContext, x: int) -> int:
 def talk(ctx: TaskContext) -> str:
     print("printed line")
     logging.getLogger("chongming_nb.contract").warning("logged warning")
+    ctx.log.info("context log line")
     ctx.emit("contract-event", {"answer": 42})
     return "talked"
 
@@ -386,6 +387,7 @@ def check_output_and_emit_reach_reporter(profile: ExecutorProfile) -> None:
     assert any(
         s == "log" and "logged warning" in line and lvl == "WARNING" for s, line, lvl in rep.logs
     ), rep.logs
+    assert any("context log line" in line and lvl == "INFO" for _, line, lvl in rep.logs), rep.logs
     assert rep.emits == [("contract-event", {"answer": 42})]
 
 
