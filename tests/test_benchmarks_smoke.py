@@ -1,0 +1,91 @@
+"""The benchmark runner at its tiny size, in-process, so the benchmarks never rot.
+
+Not a performance test: it checks that every benchmark runs and that the table and the
+JSON report carry every metric (targets may pass or fail at this size).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+MY_METRICS = (
+    "per-item overhead: ctx.track",
+    "ctx.checkpoint() call",
+    "in-memory Controller",
+    "Controller + SqliteStore",
+    "cooperative stop latency",
+    "cooperative pause latency",
+    "stop latency through ctx.track",
+    "memory per finished task",
+    "attempts_df() over",
+)
+
+
+@pytest.fixture
+def runner(repo_root: Path):  # type: ignore[no-untyped-def]
+    sys.path.insert(0, str(repo_root))
+    try:
+        from benchmarks import run
+
+        yield run
+    finally:
+        sys.path.remove(str(repo_root))
+
+
+def test_runner_tiny_table_and_json(runner, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    out = io.StringIO()
+    target = tmp_path / "latest.json"
+    code = runner.main(["--size", "tiny", "--json", str(target)], out=out)
+    text = out.getvalue()
+    report = json.loads(target.read_text())
+
+    problems = {n: m["status"] for n, m in report["modules"].items() if m["status"] != "ok"}
+    broken = {n: s for n, s in problems.items() if s != "missing"}
+    assert broken == {}, broken
+    assert code == 0
+
+    rows = report["results"]
+    metrics = [r["metric"] for r in rows]
+    for wanted in MY_METRICS:
+        assert any(wanted in m for m in metrics), f"no metric like {wanted!r} in {metrics}"
+    for r in rows:
+        assert set(r) >= {"metric", "ours", "peer", "ratio", "target", "pass", "unit"}
+        assert r["metric"] in text  # every metric is a row of the printed table
+        assert r["pass"] in (True, False, None)
+    for header in ("metric", "this project", "peer(s)", "ratio", "target", "result"):
+        assert header in text
+    for name in problems:  # expected-but-absent benchmarks are reported, not fatal
+        assert f"[bench_{name}]" in text and "MISSING" in text
+    assert report["size"] == "tiny"
+    assert report["sizes"]["throughput"]["tasks"] == 300
+    assert report["machine"]["cpu_count"] >= 1
+    assert report["versions"]["pandas"]
+    assert report["table"] in text
+
+
+def test_runner_rejects_unknown_benchmark(runner, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(SystemExit) as info:
+        runner.main(["--only", "nope", "--json", str(tmp_path / "x.json")], out=io.StringIO())
+    assert info.value.code == 2
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_runner_reports_a_broken_module(runner, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import benchmarks.bench_memory as mem
+
+    def boom(size: str) -> list[dict[str, object]]:
+        raise RuntimeError("broken on purpose")
+
+    monkeypatch.setattr(mem, "run", boom)
+    out = io.StringIO()
+    code = runner.main(["--size", "tiny", "--only", "memory", "--json", str(tmp_path / "r.json")],
+                       out=out)  # fmt: skip
+    assert code == 1
+    assert "ERROR" in out.getvalue() and "broken on purpose" in out.getvalue()
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert "broken on purpose" in report["modules"]["memory"]["status"]
