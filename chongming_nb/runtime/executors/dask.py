@@ -320,14 +320,19 @@ class DaskHandle:
         return True
 
     def _set(self, **kw: Any) -> None:
-        stop, reason, pause, ack_seq, ack = self.state
-        vals = {"stop": stop, "reason": reason, "pause": pause, "ack_seq": ack_seq, "ack": ack}
-        vals.update(kw)
-        self.state = (vals["stop"], vals["reason"], vals["pause"], vals["ack_seq"], vals["ack"])
-        self._ex._publish(self)
+        # controller threads (stop, pause, resume) and the drainer (pause answers) both
+        # write: one read-modify-write at a time
+        with self._ex._lock:
+            stop, reason, pause, ack_seq, ack = self.state
+            v = {"stop": stop, "reason": reason, "pause": pause, "ack_seq": ack_seq, "ack": ack}
+            v.update(kw)
+            self.state = (v["stop"], v["reason"], v["pause"], v["ack_seq"], v["ack"])
+            self._ex._publish(self)
 
     def request_stop(self, reason: str | None = None) -> None:
-        if not self.state[0]:
+        with self._ex._lock:
+            if self.state[0]:
+                return
             self.token.request_stop(reason)
             self._set(stop=True, reason=reason)
 
