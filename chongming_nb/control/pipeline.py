@@ -528,12 +528,26 @@ class Pipeline:
 
 # ------------------------------------------------------------- task bodies
 
+_P = inspect.Parameter
+#: Signatures of the task bodies below, given up front: the controller inspects every
+#: submitted callable, and deriving a signature per instance is the hot spot of a big run.
+_SIG_CTX_ANY = inspect.Signature(
+    [
+        _P("ctx", _P.POSITIONAL_OR_KEYWORD),
+        _P("args", _P.VAR_POSITIONAL),
+        _P("kwargs", _P.VAR_KEYWORD),
+    ]
+)
+_SIG_CTX = inspect.Signature([_P("ctx", _P.POSITIONAL_OR_KEYWORD)])
+_SIG_NONE = inspect.Signature([])
+
 
 class _NodeCall:
     """The body of a node's task: the user's function, then its output persisted (before
     the task reports success, so "succeeded" implies "saved" for resume)."""
 
-    __slots__ = ("fn", "inject", "save_to", "serializer")
+    __slots__ = ("__chongming_task__", "fn", "inject", "save_to", "serializer")
+    __signature__ = _SIG_CTX_ANY
 
     def __init__(
         self,
@@ -541,11 +555,14 @@ class _NodeCall:
         inject: bool,
         save_to: Path | None = None,
         serializer: Serializer | None = None,
+        spec: Any = None,
     ) -> None:
         self.fn = fn
         self.inject = inject
         self.save_to = save_to
         self.serializer = serializer
+        # the node's TaskSpec, so the controller does not build a default one per task
+        self.__chongming_task__ = spec if spec is not None else spec_of(fn)
 
     def __call__(self, ctx: Any, *args: Any, **kwargs: Any) -> Any:
         value = self.fn(ctx, *args, **kwargs) if self.inject else self.fn(*args, **kwargs)
@@ -580,6 +597,7 @@ class _Expand:
     ``items(up)``) into a list."""
 
     __slots__ = ("items", "node")
+    __signature__ = _SIG_CTX
 
     def __init__(self, items: Any, node: str) -> None:
         self.items = items
@@ -620,6 +638,7 @@ class _Gather:
     """A map node's last task: the children's results, in item order."""
 
     __slots__ = ("ids",)
+    __signature__ = _SIG_CTX
 
     def __init__(self, ids: Sequence[str]) -> None:
         self.ids = tuple(ids)
@@ -632,6 +651,7 @@ class _Restored:
     """A node restored from an earlier run: returns the stored output."""
 
     __slots__ = ("value",)
+    __signature__ = _SIG_NONE
 
     def __init__(self, value: Any) -> None:
         self.value = value
@@ -925,6 +945,8 @@ class PipelineRun:
         index: int | None = None,
     ) -> str:
         spec = node.spec
+        if isinstance(call, _NodeCall):
+            call.__chongming_task__ = spec
         h = self.ctl._submit(
             call,
             args,
