@@ -63,6 +63,26 @@ def _cpu_time(ctl: Any, tasks: int, work: int) -> float:
     return time.perf_counter() - t0
 
 
+def _raw_burn(n: int) -> int:
+    return burn(None, n)
+
+
+def _machine_speedup(tasks: int, work: int) -> float:
+    """What the machine gives right now: plain multiprocessing.Pool(2) vs one thread.
+    If this is below the target, no executor can reach it (other load on the cores)."""
+    import multiprocessing
+
+    with multiprocessing.get_context("forkserver").Pool(2) as pool:
+        pool.map(_raw_burn, [10, 10])
+        t0 = time.perf_counter()
+        pool.map(_raw_burn, [work] * tasks, chunksize=1)
+        par = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for _ in range(tasks):
+        _raw_burn(work)
+    return (time.perf_counter() - t0) / par
+
+
 def _cluster(tiny: bool) -> tuple[Any, Any]:
     import dask
     import distributed
@@ -142,6 +162,7 @@ def run(size: str) -> list[dict[str, Any]]:
         finally:
             for c in ctls.values():
                 c.close()
+        machine = _machine_speedup(tasks, work)
         for name in ("process", "dask"):
             speedup = times["thread"] / times[name]
             rows.append(
@@ -154,6 +175,7 @@ def run(size: str) -> list[dict[str, Any]]:
                     peer={
                         "thread_s": round(times["thread"], 3),
                         f"{name}_s": round(times[name], 3),
+                        "raw multiprocessing.Pool speed-up": round(machine, 2),
                     },
                     ratio=round(speedup, 2),
                     tasks=tasks,
