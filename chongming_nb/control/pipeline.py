@@ -1027,8 +1027,7 @@ class PipelineRun:
         if was_open and status in TERMINAL:
             self._open -= 1
         elif not was_open and status not in TERMINAL:
-            self._open += 1  # revived by hand (retry): the run is busy again
-            self._reopen()
+            self._open += 1  # revived by hand (retry) while the run is busy
         info = self._tasks[tid]
         ctl = self.ctl
         if status is S.SUCCEEDED:
@@ -1107,15 +1106,6 @@ class PipelineRun:
             self._append_manifest({"event": "succeeded", "node": name, "output": str(nr.output)})
         self._save_record()
 
-    def _reopen(self) -> None:
-        if self._run_status in RUN_TERMINAL:
-            self._halted = False
-            self._stop_requested = False
-            self._paused = False
-            self._done.clear()
-            if self.policy.kind is AggregationKind.FAIL_FAST:
-                self.ctl.hold_run_on(self.id, FAILURES)
-
     # ------------------------------------------------------------ aggregate
 
     def _node_status(self, name: str) -> TaskStatus | None:
@@ -1176,6 +1166,11 @@ class PipelineRun:
             self._done.set()
 
     def _cleanup(self) -> None:
+        # a finished run stops listening: retrying one of its tasks by hand is that
+        # task's business; to run the pipeline again, submit(resume_from=run.id)
+        if self._unsub is not None:
+            self._unsub()
+            self._unsub = None
         self.ctl.forget_run(self.id)
         for tag in self._limit_tags:
             self.ctl.set_run_limit(tag, None)
