@@ -7,7 +7,8 @@ import os
 import signal
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import exec_targets as T
 import pytest
@@ -88,9 +89,9 @@ def test_function_defined_in_a_notebook_gets_a_clear_error(
     ("target", "code"), [(T.segfault, -signal.SIGSEGV), (T.abort, -signal.SIGABRT)]
 )
 def test_a_crashing_child_fails_with_its_exit_code(
-    ctl: cn.Controller, target: object, code: int
+    ctl: cn.Controller, target: Callable[..., Any], code: int
 ) -> None:
-    h = ctl.submit(target)  # type: ignore[arg-type]
+    h = ctl.submit(target)
     assert h.wait(WAIT)
     snap = ctl.get(h)
     assert snap.status is S.FAILED
@@ -99,6 +100,8 @@ def test_a_crashing_child_fails_with_its_exit_code(
     assert f.exit_code == code
     assert "result unknown, partial side effects possible" in f.message
     assert ctl.attempts(h)[-1].exit_code == code
+    # where it crashed: the child's Python stacks, written by faulthandler
+    assert f.traceback is not None and f"in {target.__name__}" in f.traceback, f.traceback
     # the kernel survived, and the controller still runs tasks
     assert ctl.submit(T.square, 7).result(timeout=WAIT) == 49
 

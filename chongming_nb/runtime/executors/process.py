@@ -34,6 +34,7 @@ partial side effects are possible.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import io
 import multiprocessing
 import multiprocessing.connection
@@ -41,6 +42,7 @@ import os
 import pickle
 import signal
 import sys
+import tempfile
 import threading
 import time
 import traceback as tb
@@ -406,8 +408,13 @@ def _child_main(
     payload: bytes,
     sys_path: list[str],
     cwd: str,
+    crash_path: str,
 ) -> None:
     """Entry point of the child process."""
+    # a hard crash (segfault, abort) writes the Python stacks here for the parent
+    with contextlib.suppress(OSError):
+        crash_file = open(crash_path, "w")  # noqa: SIM115 - must stay open until exit
+        faulthandler.enable(file=crash_file, all_threads=True)
     sys.path[:] = sys_path
     with contextlib.suppress(OSError):
         os.chdir(cwd)
@@ -507,6 +514,7 @@ class ProcessHandle:
         reason: Any,
         reporter: Reporter,
         terminate_grace: float,
+        crash_path: str | None = None,
     ) -> None:
         self.token = CancellationToken()  # the parent's view: beats and paused, for heartbeats
         self.process = process
@@ -517,6 +525,7 @@ class ProcessHandle:
         self._reason = reason
         self._reporter = reporter
         self._grace = terminate_grace
+        self._crash_path = crash_path
         self._send_lock = threading.Lock()
         self.killed = False
         self.started = False
@@ -613,7 +622,10 @@ class ProcessHandle:
                     with contextlib.suppress(Exception):
                         deliver(msg, reporter, self.token)
         finally:
-            outcome = self._settle(wire)
+            try:
+                outcome = self._settle(wire)
+            finally:
+                self._drop_crash_file()
             self.token.paused = False
             with contextlib.suppress(OSError):
                 conn.close()
@@ -638,6 +650,7 @@ class ProcessHandle:
         if wire is not None:
             return outcome_from_wire(wire)
         code = p.exitcode
+        stacks = self._crash_report()
         where = f"exit code {code}{_signal_name(code)}"
         if self.started:
             message = (
@@ -645,7 +658,29 @@ class ProcessHandle:
             )
         else:
             message = f"the task's process died before the task started ({where})"
-        return Outcome("crashed", message=message, exit_code=code, exception_type="ProcessDied")
+        return Outcome(
+            "crashed",
+            message=message,
+            exit_code=code,
+            exception_type="ProcessDied",
+            traceback=stacks,
+        )
+
+    def _crash_report(self) -> str | None:
+        """What faulthandler wrote in the child when it crashed (None if nothing)."""
+        if self._crash_path is None:
+            return None
+        try:
+            with open(self._crash_path, encoding="utf-8", errors="replace") as f:
+                text = f.read().strip()
+        except OSError:
+            return None
+        return text or None
+
+    def _drop_crash_file(self) -> None:
+        if self._crash_path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self._crash_path)
 
 
 _ctx_lock = threading.Lock()
@@ -716,6 +751,8 @@ class ProcessExecutor:
         parent_conn, child_conn = ctx.Pipe(duplex=True)
         stop_ev, pause_ev, wake_ev = ctx.Event(), ctx.Event(), ctx.Event()
         reason = ctx.Array("c", 256, lock=False)
+        fd, crash_path = tempfile.mkstemp(prefix="chongming-crash-", suffix=".txt")
+        os.close(fd)
         process = ctx.Process(  # type: ignore[attr-defined]
             target=_child_main,
             args=(
@@ -727,11 +764,17 @@ class ProcessExecutor:
                 payload,
                 list(sys.path),
                 os.getcwd(),
+                crash_path,
             ),
             name=f"chongming-{request.name}-{request.task_id}-{request.attempt}",
             daemon=True,
         )
-        process.start()
+        try:
+            process.start()
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(crash_path)
+            raise
         child_conn.close()
         handle = ProcessHandle(
             process,
@@ -742,6 +785,7 @@ class ProcessExecutor:
             reason,
             reporter,
             self.terminate_grace,
+            crash_path,
         )
         self._handles.add(handle)
         handle._reader.start()
