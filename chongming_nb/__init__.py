@@ -4,12 +4,9 @@ The curated public namespace. Everything a user or a test relies on is here and 
 ``__all__`` (a test keeps the two in step).
 """
 
+from typing import TYPE_CHECKING
+
 from chongming_nb.control import display as _display
-from chongming_nb.control.controller import Controller
-from chongming_nb.control.handle import TaskHandle
-from chongming_nb.control.kernel import get_controller
-from chongming_nb.control.reader import StoreReader, open_store
-from chongming_nb.control.spec import TaskRegistry, TaskSpec, task
 from chongming_nb.core.errors import (
     AttemptsExhausted,
     CircularDependency,
@@ -27,22 +24,6 @@ from chongming_nb.core.errors import (
     TaskTimeout,
     UnknownDependency,
 )
-from chongming_nb.core.events import (
-    AdminOverride,
-    AttemptFailed,
-    AttemptStarted,
-    CompensationRan,
-    Event,
-    PipelineRunStatusChanged,
-    ProgressUpdated,
-    TaskCreated,
-    TaskHeartbeat,
-    TaskLogLine,
-    TaskOutput,
-    TaskStatusChanged,
-    TaskWarning,
-)
-from chongming_nb.core.graph import Graph
 from chongming_nb.core.models import (
     AttemptRecord,
     Command,
@@ -52,15 +33,6 @@ from chongming_nb.core.models import (
     TaskSnapshot,
     Transition,
 )
-from chongming_nb.core.policies import (
-    AggregationPolicy,
-    BucketPolicy,
-    ConcurrencyPolicy,
-    Exponential,
-    JoinMode,
-    RetryPolicy,
-    Timeout,
-)
 from chongming_nb.core.state_machine import StateMachine
 from chongming_nb.core.states import (
     REVIVABLE,
@@ -69,10 +41,84 @@ from chongming_nb.core.states import (
     RequestedAction,
     TaskStatus,
 )
-from chongming_nb.runtime.cancellation import CancellationToken
-from chongming_nb.runtime.context import TaskContext
-from chongming_nb.runtime.executors import InlineExecutor, ThreadExecutor
-from chongming_nb.stores import InMemoryStore, SqliteStore
+
+if TYPE_CHECKING:
+    from chongming_nb.control.controller import Controller
+    from chongming_nb.control.handle import TaskHandle
+    from chongming_nb.control.kernel import get_controller
+    from chongming_nb.control.reader import StoreReader, open_store
+    from chongming_nb.control.spec import TaskRegistry, TaskSpec, task
+    from chongming_nb.core.events import (
+        AdminOverride,
+        AttemptFailed,
+        AttemptStarted,
+        CompensationRan,
+        Event,
+        PipelineRunStatusChanged,
+        ProgressUpdated,
+        TaskCreated,
+        TaskHeartbeat,
+        TaskLogLine,
+        TaskOutput,
+        TaskStatusChanged,
+        TaskWarning,
+    )
+    from chongming_nb.core.graph import Graph
+    from chongming_nb.core.policies import (
+        AggregationPolicy,
+        BucketPolicy,
+        ConcurrencyPolicy,
+        Exponential,
+        JoinMode,
+        RetryPolicy,
+        Timeout,
+    )
+    from chongming_nb.runtime.cancellation import CancellationToken
+    from chongming_nb.runtime.context import TaskContext
+    from chongming_nb.runtime.executors import InlineExecutor, ThreadExecutor
+    from chongming_nb.stores import InMemoryStore, SqliteStore
+
+#: Names loaded on first use, by module. The states, models, errors and state machine
+#: above are all the ``chongming`` CLI needs: it must not pay for the controller, the
+#: executors and asyncio at every start (command-to-applied latency, issue 5).
+_LAZY_MODULES: dict[str, tuple[str, ...]] = {
+    "chongming_nb.control.controller": ("Controller",),
+    "chongming_nb.control.handle": ("TaskHandle",),
+    "chongming_nb.control.kernel": ("get_controller",),
+    "chongming_nb.control.pipeline": ("Node", "Pipeline", "PipelineRun", "PipelineRunStatus"),
+    "chongming_nb.control.reader": ("StoreReader", "open_store"),
+    "chongming_nb.control.spec": ("TaskRegistry", "TaskSpec", "task"),
+    "chongming_nb.core.events": (
+        "AdminOverride",
+        "AttemptFailed",
+        "AttemptStarted",
+        "CompensationRan",
+        "Event",
+        "PipelineRunStatusChanged",
+        "ProgressUpdated",
+        "TaskCreated",
+        "TaskHeartbeat",
+        "TaskLogLine",
+        "TaskOutput",
+        "TaskStatusChanged",
+        "TaskWarning",
+    ),
+    "chongming_nb.core.graph": ("Graph",),
+    "chongming_nb.core.policies": (
+        "AggregationPolicy",
+        "BucketPolicy",
+        "ConcurrencyPolicy",
+        "Exponential",
+        "JoinMode",
+        "RetryPolicy",
+        "Timeout",
+    ),
+    "chongming_nb.runtime.cancellation": ("CancellationToken",),
+    "chongming_nb.runtime.context": ("TaskContext",),
+    "chongming_nb.runtime.executors": ("InlineExecutor", "ThreadExecutor"),
+    "chongming_nb.stores": ("InMemoryStore", "SqliteStore"),
+}
+_LAZY: dict[str, str] = {n: m for m, names in _LAZY_MODULES.items() for n in names}
 
 __version__ = "0.1.0"
 
@@ -100,6 +146,13 @@ def load_ipython_extension(ipython: object) -> None:
 
 
 def __getattr__(name: str) -> object:
+    lazy = _LAZY.get(name)
+    if lazy is not None:
+        import importlib
+
+        value = getattr(importlib.import_module(lazy), name)
+        globals()[name] = value  # once loaded, a plain module attribute
+        return value
     # optional backends load their dependencies only when asked for
     if name == "PostgresStore":
         from chongming_nb.stores.postgres import PostgresStore
@@ -118,6 +171,10 @@ def __getattr__(name: str) -> object:
 
         return Pipeline
     raise AttributeError(f"module 'chongming_nb' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 __all__ = [
@@ -150,7 +207,10 @@ __all__ = [
     "InlineExecutor",
     "InvalidTransition",
     "JoinMode",
+    "Node",
     "Pipeline",
+    "PipelineRun",
+    "PipelineRunStatus",
     "PipelineRunStatusChanged",
     "ProcessExecutor",
     "Progress",
