@@ -399,7 +399,7 @@ class Pipeline:
         join_mode = _join(join)
         node_name = self._new_name(name, fn)
         if isinstance(deps, Node | str) or not isinstance(deps, Iterable):
-            deps = [deps]  # type: ignore[list-item]
+            deps = [deps]
         dep_names = tuple(dict.fromkeys(self._dep_name(d, f"node {node_name!r}") for d in deps))
         if node_name in dep_names:
             raise CircularDependency([node_name, node_name])

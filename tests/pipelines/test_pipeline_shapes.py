@@ -219,3 +219,52 @@ def test_async_node_and_outputs_of_a_run(ctl: Controller) -> None:
     assert run.result(a) == 5
     assert run.outputs_dir is not None
     assert (run.outputs_dir / "manifest.jsonl").exists()
+
+
+def test_graph_includes_the_dag_built_cell_by_cell(ctl: Controller) -> None:
+    h1 = ctl.submit(lambda: 1)
+    h2 = ctl.submit(lambda: 2)
+    h3 = ctl.submit(lambda: 3, after=[h1, h2])
+    p = Pipeline("mixed")
+    a = p.add(lambda ctx: 1, name="a")
+    p.add(lambda ctx: 2, deps=[a], name="b")
+    run = p.submit(ctl)
+    run.wait(DEADLINE)
+    h3.wait(DEADLINE)
+    g = ctl.graph()
+    assert {(h1.id, h3.id), (h2.id, h3.id)} <= set(g["edges"])
+    assert (run.handle("a").id, run.handle("b").id) in g["edges"]
+    by_id = {n["id"]: n for n in g["nodes"]}
+    assert by_id[run.handle("b").id]["pipeline_run_id"] == run.id
+    assert by_id[h3.id]["pipeline_run_id"] is None
+
+
+def test_to_frame_types_and_pending_nodes(ctl: Controller) -> None:
+    import threading
+
+    gate = threading.Event()
+
+    def hold(ctx: Any) -> list[int]:
+        while not gate.wait(0.005):
+            ctx.checkpoint()
+        return [1, 2]
+
+    p = Pipeline("frame")
+    a = p.add(hold, name="a")
+    m = p.map(lambda ctx, x: x, items=a, name="m")
+    p.add(lambda ctx: 0, deps=[m], name="after")
+    run = p.submit(ctl)
+    frame = run.to_frame()
+    # the map's dependant has no task until the items are known
+    pending = frame[frame["task_id"].isna()]
+    assert list(pending["node"]) == ["after"]
+    gate.set()
+    assert run.wait(DEADLINE) is R.SUCCEEDED
+    frame = run.to_frame()
+    assert str(frame["status"].dtype) == "category"
+    assert str(frame["started"].dtype).startswith("datetime64") and "UTC" in str(
+        frame["started"].dtype
+    )
+    assert str(frame["duration"].dtype).startswith("timedelta64")
+    assert frame["attempts"].dtype == "int64"
+    assert list(frame["role"]) == ["node", "expander", "child", "child", "collector", "node"]
