@@ -618,6 +618,48 @@ class _Expand:
         return list(value)
 
 
+class _RunWhen:
+    """``when=`` of a node: ``up`` holds its direct dependencies' results (the
+    controller's view) and, on top, those of any succeeded node further upstream."""
+
+    __slots__ = ("ancestors", "fn", "run")
+
+    def __init__(self, run: PipelineRun, fn: Callable[..., Any], ancestors: set[str]) -> None:
+        self.run = run
+        self.fn = fn
+        self.ancestors = ancestors
+
+    def __call__(self, up: Mapping[Any, Any]) -> Any:
+        return self.fn(_RunUp(self, up))
+
+
+class _RunUp(Mapping[Any, Any]):
+    def __init__(self, when: _RunWhen, up: Mapping[Any, Any]) -> None:
+        self._when = when
+        self._up = up
+
+    def __getitem__(self, key: Any) -> Any:
+        try:
+            return self._up[key]
+        except KeyError:
+            name = key.name if isinstance(key, Node) else key
+            if not isinstance(name, str) or name not in self._when.ancestors:
+                raise
+            # called under the controller's lock (at release): no run lock here
+            nr = self._when.run._nodes.get(name)
+            tid = nr.task_id if nr is not None else None
+            ctl = self._when.run.ctl
+            if tid is None or ctl.get(tid).status is not S.SUCCEEDED:
+                raise
+            return ctl.result(tid)
+
+    def __iter__(self) -> Any:
+        return iter(self._up)
+
+    def __len__(self) -> int:
+        return len(self._up)
+
+
 class _CtxUpstream(Mapping[Any, Any]):
     """``up`` for ``items(up)``: upstream results by node, name, handle or task id."""
 
@@ -909,7 +951,8 @@ class PipelineRun:
             elif node.is_map:
                 tid = self._create(
                     _NodeCall(_Expand(node.items, name), True), (), {}, node, after,
-                    f"{name}.items", "expander", names, when=node.when, retry=RetryPolicy(),
+                    f"{name}.items", "expander", names, when=self._when(node),
+                    retry=RetryPolicy(),
                 )  # fmt: skip
                 nr.expander = tid  # the collector comes once the items are known
             else:
@@ -917,10 +960,34 @@ class PipelineRun:
                 call = _NodeCall(node.fn, wants_context(node.fn), save_to, self._serializer(node))
                 nr.output = save_to
                 tid = self._create(
-                    call, node.args, node.kwargs, node, after, name, "node", names, when=node.when
+                    call,
+                    node.args,
+                    node.kwargs,
+                    node,
+                    after,
+                    name,
+                    "node",
+                    names,
+                    when=self._when(node),
                 )
                 nr.task_id = tid
         self._waiting = still
+
+    def _when(self, node: Node) -> Callable[[Mapping[Any, Any]], Any] | None:
+        if node.when is None:
+            return None
+        return _RunWhen(self, node.when, self._ancestors(node.name))
+
+    def _ancestors(self, name: str) -> set[str]:
+        """Every node upstream of ``name`` (transitively) in this run."""
+        seen: set[str] = set()
+        stack = list(self._nodes[name].node.deps)
+        while stack:
+            d = stack.pop()
+            if d not in seen and d in self._nodes:
+                seen.add(d)
+                stack.extend(self._nodes[d].node.deps)
+        return seen
 
     def _output_path(self, node: Node) -> Path | None:
         if self.outputs_dir is None:

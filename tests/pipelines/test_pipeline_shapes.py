@@ -268,3 +268,22 @@ def test_to_frame_types_and_pending_nodes(ctl: Controller) -> None:
     assert str(frame["duration"].dtype).startswith("timedelta64")
     assert frame["attempts"].dtype == "int64"
     assert list(frame["role"]) == ["node", "expander", "child", "child", "collector", "node"]
+
+
+def test_when_can_read_any_succeeded_node_upstream(ctl: Controller) -> None:
+    # seed 001's example: c depends on b only, but decides on a's result
+    p = Pipeline("transitive")
+    a = p.add(lambda ctx: {"row_count": 0}, name="a")
+    b = p.add(lambda ctx: "t", deps=[a], name="b")
+    c = p.add(lambda ctx: "loaded", deps=[b], name="c", when=lambda up: up[a]["row_count"] > 0)
+    d = p.add(lambda ctx: "d", deps=[b], name="d", when=lambda up: up["a"]["row_count"] == 0)
+    free = p.add(lambda ctx: 1, name="free")
+    e = p.add(lambda ctx: "e", deps=[b], name="e", when=lambda up: up[free] == 1)
+    run = p.submit(ctl)
+    run.wait(DEADLINE)
+    assert run.handle(c).status is S.SKIPPED
+    assert run.result(d) == "d"
+    # a node that is not upstream cannot be read (its result would be a race)
+    snap = run.handle(e).snapshot
+    assert snap.status is S.CANCELLED
+    assert snap.failure is not None and "KeyError" in (snap.failure.message or "")
