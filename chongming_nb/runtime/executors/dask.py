@@ -527,12 +527,11 @@ class DaskExecutor:
         kind = msg[0]
         if kind == "pause":
             ok = False
-            try:
+            with contextlib.suppress(Exception):  # a failure there means "do not pause"
                 ok = bool(h._reporter.pause_reached())
-            finally:
-                if ok:
-                    h.token.paused = True
-                h._set(ack_seq=msg[1], ack=ok)
+            if ok:
+                h.token.paused = True
+            h._set(ack_seq=msg[1], ack=ok)
             return
         if kind == "started":
             h.worker_pid = msg[1]

@@ -609,12 +609,13 @@ class ProcessHandle:
                     wire = msg[1]
                 elif kind == "pause":
                     ok = False
-                    try:
+                    # a failure on the controller's side means "do not pause"; the reader
+                    # must go on (stopping it would kill a healthy task)
+                    with contextlib.suppress(Exception):
                         ok = bool(reporter.pause_reached())
-                    finally:
-                        if ok:
-                            self.token.paused = True
-                        self._answer(("ack", msg[1], ok))
+                    if ok:
+                        self.token.paused = True
+                    self._answer(("ack", msg[1], ok))
                 else:
                     if kind == "started":
                         self.started = True
