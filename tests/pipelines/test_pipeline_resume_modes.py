@@ -250,3 +250,32 @@ def test_bad_serializer_is_refused() -> None:
 
     with pytest.raises(ConfigurationError, match="serializer"):
         Pipeline("p", serializer=object())  # type: ignore[arg-type]
+
+
+def test_a_succeeded_map_is_restored_whole(ctl: Controller) -> None:
+    calls = Calls()
+    fail = {"total"}
+    p = Pipeline("mapresume")
+
+    def square(ctx: Any, x: int) -> int:
+        calls.hit(f"square{x}")
+        return x * x
+
+    def total(ctx: Any) -> int:
+        calls.hit("total")
+        if "total" in fail:
+            raise RuntimeError("not yet")
+        return sum(ctx.upstream("square"))
+
+    m = p.map(square, items=[1, 2, 3], name="square")
+    p.add(total, deps=[m])
+    first = p.submit(ctl)
+    assert first.wait(DEADLINE) is R.FAILED
+    fail.clear()
+    calls.counts.clear()
+    second = p.submit(ctl, resume_from=first.id)
+    assert second.wait(DEADLINE) is R.SUCCEEDED
+    assert calls.counts == {"total": 1}  # no child ran again
+    assert second.result("total") == 14
+    roles = list(second.to_frame()["role"])
+    assert roles == ["node", "node"]  # the map came back as one restored task
