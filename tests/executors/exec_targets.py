@@ -12,7 +12,9 @@ from chongming_nb.runtime.context import TaskContext
 
 
 def burn_forever(ctx: TaskContext) -> None:
-    """CPU-bound and uncooperative: never reaches a checkpoint."""
+    """CPU-bound and uncooperative: never reaches a checkpoint (after reporting
+    progress 1, which says it is in the loop)."""
+    ctx.progress(done=1)
     x = 0
     while True:
         x += 1
@@ -93,6 +95,8 @@ def unpicklable_result(ctx: TaskContext) -> Any:
 
 
 def stubborn(ctx: TaskContext, seconds: float) -> str:
+    """Ignores stop requests for ``seconds`` (after reporting progress 1)."""
+    ctx.progress(done=1)
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         pass

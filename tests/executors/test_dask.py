@@ -86,7 +86,7 @@ def test_forced_stop_restarts_the_worker_and_is_recorded_stopped(
 ) -> None:
     ctl.stop_grace = 0.5
     h = ctl.submit(T.stubborn, 600.0)
-    assert poll_until(lambda: ctl.get(h).status is S.RUNNING, WAIT)
+    assert poll_until(lambda: (p := ctl.get(h).progress) is not None and p.done == 1, WAIT)
     h.stop()
     assert h.wait(WAIT)
     snap = ctl.get(h)
@@ -113,7 +113,7 @@ def test_a_worker_that_cannot_be_killed_is_abandoned_honestly() -> None:
         ctl = cn.Controller(executor=DaskExecutor(client), stop_grace=0.3)
         try:
             h = ctl.submit(T.stubborn, 1.5)
-            assert poll_until(lambda: ctl.get(h).status is S.RUNNING, WAIT)
+            assert poll_until(lambda: (p := ctl.get(h).progress) is not None and p.done == 1, WAIT)
             h.stop()
             assert h.wait(WAIT)
             snap = ctl.get(h)

@@ -36,6 +36,11 @@ def _wait_running(ctl: cn.Controller, h: object) -> None:
     assert poll_until(lambda: ctl.get(h).status is S.RUNNING, WAIT), ctl.get(h)
 
 
+def _wait_in_loop(ctl: cn.Controller, h: object) -> None:
+    """Until the task reported progress 1: past its first checkpoint, in its loop."""
+    assert poll_until(lambda: (p := ctl.get(h).progress) is not None and p.done == 1, WAIT)
+
+
 def _gone(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -46,7 +51,7 @@ def _gone(pid: int) -> bool:
 
 def test_uncooperative_cpu_loop_is_stopped_for_real(ctl: cn.Controller) -> None:
     h = ctl.submit(T.burn_forever)
-    _wait_running(ctl, h)
+    _wait_in_loop(ctl, h)
     pid = ctl.get(h).pid
     assert pid is not None and pid != os.getpid()
     assert not _gone(pid)
@@ -57,6 +62,7 @@ def test_uncooperative_cpu_loop_is_stopped_for_real(ctl: cn.Controller) -> None:
     assert snap.failure is not None and snap.failure.kind is FailureKind.CANCELLED
     rec = ctl.attempts(h)[-1]
     assert rec.abandoned is False and rec.outcome is S.STOPPED
+    assert rec.failure_message == "terminated after the stop window"
     assert _gone(pid), f"process {pid} survived the stop"
 
 
