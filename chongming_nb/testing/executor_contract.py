@@ -227,7 +227,9 @@ def spin_quietly(ctx: TaskContext) -> None:
 
 
 def stubborn(ctx: TaskContext, seconds: float) -> str:
-    """Ignores stop requests: burns CPU for ``seconds`` without a checkpoint."""
+    """Ignores stop requests: burns CPU for ``seconds`` without a checkpoint (after
+    reporting progress 1, which says it is past its first checkpoint)."""
+    ctx.progress(done=1)
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         pass
@@ -427,7 +429,7 @@ def check_stop_timeout_verdict(profile: ExecutorProfile) -> None:
     rep = RecordingReporter()
     seconds = 1.0 if profile.stop_verdict == "abandoned" else 120.0
     _, handle = _launch(profile, make_request(stubborn, seconds), rep)
-    assert rep.wait_for(lambda: bool(rep.started_calls), profile.timeout)
+    assert rep.wait_for(lambda: rep.progress_calls > 0, profile.timeout)
     handle.request_stop("contract stop")
     verdict = handle.on_stop_timeout()
     assert verdict == profile.stop_verdict, verdict
