@@ -1072,6 +1072,10 @@ class PipelineRun:
         """The controller's recorder thread: one status change of some task."""
         if not isinstance(ev, TaskStatusChanged) or ev.task_id not in self._tasks:
             return
+        if self._submitting:
+            # the submit holds the run lock while it creates the tasks; it reads their
+            # snapshots once done, which covers this change: do not stall the bus
+            return
         try:
             with self._lock:
                 self._observe(ev.task_id, ev.version, ev.to_status)
