@@ -252,6 +252,7 @@ class Controller:
         self._hold_on: dict[str, frozenset[TaskStatus]] = {}
         self._id_rng = random.Random(secrets.randbits(128))
         self._outbox: list[Any] = []
+        self._request_keys: dict[str, None] = {}
         self._id_prefix = secrets.token_hex(4)
         self._event_seq = itertools.count(1)
         self._closed = False
@@ -1561,8 +1562,21 @@ class Controller:
         opts, bad = _control_args(args)
         if bad:
             return False, bad
+        key = opts.get("request_key")
+        if key is not None:
+            # the same click may arrive twice: over the widget's comm and, when the
+            # kernel's main thread is busy, through the server and the store
+            with self._lock:
+                if key in self._request_keys:
+                    return True, "already applied"
+                self._request_keys[key] = None
+                while len(self._request_keys) > 10_000:
+                    self._request_keys.pop(next(iter(self._request_keys)))
         ok, why = self.can(task_id, verb, force=(verb == "retry"))
         if not ok:
+            if key is not None:
+                with self._lock:
+                    self._request_keys.pop(key, None)
             return False, why
         try:
             if verb == "pause":
@@ -1945,8 +1959,12 @@ def _control_args(args: Any) -> tuple[dict[str, Any], str | None]:
             out[key] = value
         elif key == "force":
             continue  # a control-plane retry is always a human decision (forced)
+        elif key == "request_key":
+            if not isinstance(value, str) or not 0 < len(value) <= 100:
+                return {}, f"request_key must be a string of 1-100 characters, got {value!r}"
+            out[key] = value
         else:
-            return {}, f"unknown option {key!r}; allowed: timeout, graceful, reason"
+            return {}, f"unknown option {key!r}; allowed: timeout, graceful, reason, request_key"
     return out, None
 
 

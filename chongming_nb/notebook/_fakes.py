@@ -211,7 +211,9 @@ class FakeController:
     def can_all(self, task_id: str) -> dict[str, tuple[bool, str | None]]:
         return {verb: self.can(task_id, verb) for verb in CONTROL_VERBS}
 
-    def apply(self, task_id: str, verb: str, *, actor: str = "ui") -> tuple[bool, str | None]:
+    def apply(
+        self, task_id: str, verb: str, *, actor: str = "ui", args: Any = None
+    ) -> tuple[bool, str | None]:
         with self._lock:
             ok, why = self.can(task_id, verb)
             if not ok:

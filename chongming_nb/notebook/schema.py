@@ -7,7 +7,8 @@ the JavaScript holds no hand-copied status list.
 
 Messages, front end -> kernel (custom widget messages)::
 
-    {"type": "action", "action": <verb>, "task_id": <str>, "request_id": <int>}
+    {"type": "action", "action": <verb>, "task_id": <str>, "request_id": <int>,
+     "key": <str, optional>}
     {"type": "bulk",   "action": "pause"|"stop", "request_id": <int>}
     {"type": "detail", "task_id": <str>, "request_id": <int>}     # logs + traceback
     {"type": "sync",   "request_id": <int>}                        # resend full state
@@ -116,6 +117,9 @@ class ActionRequest:
     action: str
     task_id: str
     request_id: int
+    #: the same click may also travel through the server (when the kernel is busy);
+    #: the key lets the kernel apply it once
+    key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +142,7 @@ class SyncRequest:
 ClientMessage = ActionRequest | BulkRequest | DetailRequest | SyncRequest
 
 _ALLOWED_KEYS: Final[Mapping[str, frozenset[str]]] = {
-    "action": frozenset({"type", "action", "task_id", "request_id"}),
+    "action": frozenset({"type", "action", "task_id", "request_id", "key"}),
     "bulk": frozenset({"type", "action", "request_id"}),
     "detail": frozenset({"type", "task_id", "request_id"}),
     "sync": frozenset({"type", "request_id"}),
@@ -181,7 +185,10 @@ def parse_client_message(msg: object) -> ClientMessage:
         action = msg.get("action")
         if not isinstance(action, str) or action not in VERBS:
             raise SchemaError(f"unknown action {action!r}; known: {', '.join(VERBS)}")
-        return ActionRequest(action=action, task_id=_task_id(msg), request_id=rid)
+        key = msg.get("key")
+        if key is not None and (not isinstance(key, str) or not 0 < len(key) <= 100):
+            raise SchemaError("key must be a string of 1..100 characters")
+        return ActionRequest(action=action, task_id=_task_id(msg), request_id=rid, key=key)
     if mtype == "bulk":
         action = msg.get("action")
         if not isinstance(action, str) or action not in BULK_VERBS:

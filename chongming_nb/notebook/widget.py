@@ -80,7 +80,9 @@ class ControllerLike(Protocol):
 
     def can_all(self, task_id: str) -> dict[str, tuple[bool, str | None]]: ...
 
-    def apply(self, task_id: str, verb: str, *, actor: str = ...) -> tuple[bool, str | None]: ...
+    def apply(
+        self, task_id: str, verb: str, *, actor: str = ..., args: Any = ...
+    ) -> tuple[bool, str | None]: ...
 
     def watch(self, callback: Callable[[Any], None], filter: Any = None) -> Callable[[], None]: ...
 
@@ -511,7 +513,8 @@ class TaskTable(anywidget.AnyWidget):
         if not known:
             ok, reason = False, f"task {req.task_id!r} is not in this table"
         else:
-            ok, reason = self._ctl.apply(req.task_id, req.action, actor="widget")
+            args = None if req.key is None else {"request_key": req.key}
+            ok, reason = self._ctl.apply(req.task_id, req.action, actor="widget", args=args)
             with self._lock:
                 self._dirty.add(req.task_id)
             self._request_flush()

@@ -208,14 +208,14 @@ class TaskHandler(_Base):
 class TaskCommandsHandler(_Base):
     """``POST tasks/{id}/commands`` with ``{"verb": "stop"}`` -> 202 and the command."""
 
-    def _parse(self) -> tuple[str, str | None]:
+    def _parse(self) -> tuple[str, str | None, str | None]:
         try:
             body = json.loads(self.request.body or b"")
         except (ValueError, UnicodeDecodeError):
             raise BadRequest(400, "the request body must be JSON") from None
         if not isinstance(body, dict):
             raise BadRequest(400, 'the request body must be a JSON object like {"verb": "stop"}')
-        extra = sorted(set(body) - {"verb", "reason"})
+        extra = sorted(set(body) - {"verb", "reason", "request_key"})
         if extra:
             raise BadRequest(400, f"unknown field(s): {', '.join(map(str, extra))}")
         verb = body.get("verb")
@@ -227,13 +227,16 @@ class TaskCommandsHandler(_Base):
         reason = body.get("reason")
         if reason is not None and (not isinstance(reason, str) or len(reason) > MAX_REASON):
             raise BadRequest(400, f"reason must be a string of at most {MAX_REASON} characters")
-        return verb, reason
+        key = body.get("request_key")
+        if key is not None and (not isinstance(key, str) or not 0 < len(key) <= 100):
+            raise BadRequest(400, "request_key must be a string of 1-100 characters")
+        return verb, reason, key
 
     @tornado.web.authenticated
     async def post(self, task_id: str) -> None:
         try:
             self._id_arg(task_id, "task id")
-            verb, reason = self._parse()
+            verb, reason, request_key = self._parse()
         except BadRequest as err:
             self._fail(err)
             return
@@ -246,6 +249,8 @@ class TaskCommandsHandler(_Base):
             args["force"] = True  # a person decided: the budget limits automatic retries
         if reason:
             args["reason"] = reason
+        if request_key:
+            args["request_key"] = request_key  # lets the kernel apply a click only once
         command = Command(
             command_id=uuid.uuid4().hex,
             task_id=task_id,

@@ -122,11 +122,6 @@ def test_progress_pause_resume_stop_round_trip(notebook: Any) -> None:
     assert seen[-2:] == ["stopping", "stopped"], seen
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: in this JupyterLab 4.6 the widget's comm message reaches the main shell "
-    "(handled after the busy cell) instead of a subshell; see docs/widgets.md",
-)
 def test_stop_click_while_a_cpu_bound_cell_runs(notebook: Any) -> None:
     nb = notebook("busy.ipynb", [SETUP, BUSY])
     nb.run(0)

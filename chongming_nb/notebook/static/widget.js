@@ -177,11 +177,57 @@ function render({ model, el }) {
     return rid;
   }
 
+  // A click travels over the comm. If the kernel's main thread is busy (a long cell
+  // and no comm subshell), the same click also goes through the server extension and
+  // the store's command queue, which the kernel's dispatcher thread serves; the shared
+  // key makes the kernel apply it once, whichever copy arrives first.
+  const clientKey = `w${Math.random().toString(36).slice(2, 10)}`;
+  const VIA_SERVER_AFTER_MS = 300;
+
+  function pageConfig() {
+    const node = document.getElementById("jupyter-config-data");
+    if (!node) return null;
+    try {
+      return JSON.parse(node.textContent || "{}");
+    } catch (_) {
+      return null;
+    }
+  }
+
+  function viaServer(rid, taskId, action, key) {
+    const cfg = pageConfig();
+    if (!cfg || !pending.has(rid)) return;
+    const base = (cfg.baseUrl || "/").replace(/\/?$/, "/");
+    const xsrf = (document.cookie.match(/(?:^|;\s*)_xsrf=([^;]*)/) || [])[1];
+    const headers = { "Content-Type": "application/json" };
+    if (xsrf) headers["X-XSRFToken"] = decodeURIComponent(xsrf);
+    if (cfg.token) headers["Authorization"] = `token ${cfg.token}`;
+    fetch(`${base}chongming/api/tasks/${encodeURIComponent(taskId)}/commands`, {
+      method: "POST",
+      credentials: "same-origin",
+      headers,
+      body: JSON.stringify({ verb: action, request_key: key }),
+    })
+      .then((r) => {
+        if (!pending.has(rid)) return;
+        const note = r.status === 202
+          ? { ok: null, text: `${labels[action] || action}… (kernel busy: sent via the server)`, at: Date.now() }
+          : null;
+        if (note) {
+          acks.set(taskId, note);
+          scheduleRender();
+        }
+      })
+      .catch(() => {});
+  }
+
   function sendAction(taskId, action) {
-    const rid = send({ type: "action", action, task_id: taskId });
+    const key = `${clientKey}:${nextRequest}`;
+    const rid = send({ type: "action", action, task_id: taskId, key });
     if (rid === null) return;
     pending.set(rid, { taskId, action });
     acks.set(taskId, { ok: null, text: `${labels[action] || action}…`, at: Date.now() });
+    setTimeout(() => viaServer(rid, taskId, action, key), VIA_SERVER_AFTER_MS);
     scheduleRender();
   }
 
