@@ -231,3 +231,23 @@ def test_concurrent_runs_do_not_interfere(ctl: Controller) -> None:
     results = [r.wait(DEADLINE) for r in runs]
     assert results == [R.SUCCEEDED] * 5 + [R.FAILED] * 2
     assert threading.active_count() < 200
+
+
+def test_a_finished_run_lets_its_tasks_be_retried_as_ordinary_tasks(ctl: Controller) -> None:
+    state = {"fail": True}
+
+    def once(ctx: Any) -> str:
+        if state["fail"]:
+            raise RuntimeError("first time")
+        return "second time"
+
+    p = Pipeline("retry-later")
+    a = p.add(once, name="once")
+    p.add(lambda ctx: 1, name="other", deps=[a])
+    run = p.submit(ctl)
+    assert run.wait(DEADLINE) is R.FAILED
+    state["fail"] = False
+    tid = run.handle(a).id
+    ctl.retry(tid, force=True)
+    assert ctl.wait(tid, DEADLINE).status is S.SUCCEEDED  # not held, not cancelled
+    assert run.status is R.FAILED  # the run's record stands
