@@ -75,7 +75,11 @@ VERB_LABELS: Final[Mapping[str, str]] = {
 }
 
 CLIENT_TYPES: Final[tuple[str, ...]] = ("action", "bulk", "detail", "sync")
-SERVER_TYPES: Final[tuple[str, ...]] = ("ack", "patch", "full", "detail")
+SERVER_TYPES: Final[tuple[str, ...]] = ("ack", "patch", "full", "detail", "ping")
+
+#: The kernel pings every widget this often (from a background thread, so also while a
+#: cell runs); a view that hears nothing for three intervals says it is disconnected.
+PING_SECONDS: Final[float] = 5.0
 KINDS: Final[tuple[str, ...]] = ("task", "run", "board")
 
 #: Keys of one row as sent to the front end.
@@ -231,4 +235,5 @@ def schema_for_js() -> dict[str, Any]:
         "server_types": list(SERVER_TYPES),
         "row_fields": list(ROW_FIELDS),
         "kinds": list(KINDS),
+        "ping_ms": int(PING_SECONDS * 1000),
     }

@@ -21,6 +21,7 @@ import json
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -140,6 +141,42 @@ class _FlushScheduler:
 _SCHEDULER = _FlushScheduler()
 
 
+class _Pinger:
+    """Tells every open view, every PING_SECONDS, that its kernel is alive. A view that
+    stops hearing it (the kernel died or was shut down) shows "disconnected — state as
+    of HH:MM:SS" and disables its buttons."""
+
+    def __init__(self) -> None:
+        self._tables: weakref.WeakSet[TaskTable] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def add(self, table: TaskTable) -> None:
+        with self._lock:
+            self._tables.add(table)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="chongming-widget-ping", daemon=True
+                )
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(S.PING_SECONDS)
+            with self._lock:
+                tables = list(self._tables)
+            for t in tables:
+                if t.closed:
+                    continue
+                try:
+                    t._send_custom({"type": "ping", "at": epoch_ms(t._clock.now())})
+                except Exception:
+                    log.debug("ping failed", exc_info=True)
+
+
+_PINGER = _Pinger()
+
+
 # --------------------------------------------------------------------------- the widget
 
 
@@ -251,6 +288,7 @@ class TaskTable(anywidget.AnyWidget):
             rows_at=epoch_ms(self._clock.now()) or 0.0,
         )
         self.on_msg(self._on_custom_msg)
+        _PINGER.add(self)
 
     # ------------------------------------------------------------------ queries
 

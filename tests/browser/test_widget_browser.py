@@ -261,11 +261,6 @@ d
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: after a kernel shutdown from JupyterLab the widget sees neither comm:close "
-    "nor the jupyter-widgets-disconnected class; see docs/widgets.md",
-)
 def test_disconnected_banner_when_the_kernel_goes(notebook: Any) -> None:
     nb = notebook("disconnect.ipynb", [DISCONNECT])
     nb.run(0)

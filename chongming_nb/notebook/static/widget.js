@@ -265,8 +265,20 @@ function render({ model, el }) {
     if (typeof s === "number" && s > seq) replaceAll(model.get("rows"), s, model.get("rows_at"));
   }
 
+  // liveness: the kernel pings every schema.ping_ms; silence for three pings means the
+  // kernel is gone (shut down, restarted or dead) as far as this view can tell
+  let lastHeard = Date.now();
+  let silent = false;
+  const pingMs = schema.ping_ms || 5000;
+
   function onCustom(msg) {
     if (!msg || typeof msg !== "object") return;
+    lastHeard = Date.now();
+    if (silent) {
+      silent = false;
+      checkLive();
+    }
+    if (msg.type === "ping") return;
     if (msg.type === "patch") {
       if (msg.seq <= seq) return;
       if (msg.base !== seq) requestSync();
@@ -319,7 +331,7 @@ function render({ model, el }) {
     scheduleRender();
   }
   function checkLive() {
-    setDisconnected(el.classList.contains("jupyter-widgets-disconnected"));
+    setDisconnected(silent || el.classList.contains("jupyter-widgets-disconnected"));
   }
   const classWatch = new MutationObserver(checkLive);
   classWatch.observe(el, { attributes: true, attributeFilter: ["class"] });
@@ -703,6 +715,10 @@ function render({ model, el }) {
   model.on("change:rows_seq", onTrait);
   model.on("change:rows", onTrait);
   const ticker = setInterval(() => {
+    if (!silent && Date.now() - lastHeard > 3 * pingMs) {
+      silent = true;
+      checkLive();
+    }
     if (!disconnected) scheduleRender(); // durations tick, old acks fade
   }, 1000);
 
