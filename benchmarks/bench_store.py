@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import statistics
@@ -29,7 +30,9 @@ import tempfile
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +59,9 @@ def _row(
     target: str,
     passed: bool | None,
     unit: str,
+    **extra: Any,
 ) -> dict[str, Any]:
+    """A result row; ``extra`` keys (context: load, CPU time, splits) go to the JSON."""
     ratio = None
     if ours is not None and peer is not None and peer > 0:
         ratio = round(ours / peer, 3)
@@ -68,19 +73,29 @@ def _row(
         "target": target,
         "pass": passed,
         "unit": unit,
+        **extra,
     }
+
+
+def _load() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
 
 
 # ------------------------------------------------------------------ throughput
 
 
-def controller_throughput(store: Any, n: int) -> float:
-    """Tasks/s for ``n`` no-op tasks through a Controller writing to ``store``: from the
-    first submit to the moment everything is persisted. Raises if a write failed."""
+def controller_throughput(store: Any, n: int) -> tuple[float, float]:
+    """(tasks/s, CPU microseconds of this process per task) for ``n`` no-op tasks through
+    a Controller writing to ``store``: from the first submit to the moment everything is
+    persisted. Raises if a write failed."""
     import chongming_nb as cn
 
     ctl = cn.Controller(store=store)
     try:
+        c0 = time.process_time()
         t0 = time.perf_counter()
         handles = [ctl.submit(_noop) for _ in range(n)]
         for h in handles:
@@ -89,6 +104,7 @@ def controller_throughput(store: Any, n: int) -> float:
         if not ctl.flush(120):
             raise RuntimeError("the controller did not persist everything within 120 s")
         elapsed = time.perf_counter() - t0
+        cpu = time.process_time() - c0
         if ctl.persist_failures:
             raise RuntimeError(f"{ctl.persist_failures} store writes failed")
     finally:
@@ -97,20 +113,31 @@ def controller_throughput(store: Any, n: int) -> float:
     done = sum(v for k, v in counts.items() if k.value == "succeeded")
     if done != n:
         raise RuntimeError(f"the store holds {done} succeeded tasks, expected {n}")
-    return n / elapsed
+    return n / elapsed, cpu * 1e6 / n
 
 
 def dask_throughput(n: int) -> float:
     """Tasks/s for ``n`` no-op ``client.submit`` calls on a 2-process LocalCluster
     (cluster start-up excluded, like the controller's construction)."""
-    import cloudpickle
+    import cloudpickle  # type: ignore[import-untyped]
     from dask.distributed import Client, LocalCluster, wait
 
     module = sys.modules[__name__]
     if __name__ != "__main__":  # workers need not be able to import benchmarks/
         cloudpickle.register_pickle_by_value(module)
 
+    quiet = logging.getLogger("distributed")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)  # teardown chatter (closed comms) is not a result
+    try:
+        return _dask_throughput(n, Client, LocalCluster, wait)
+    finally:
+        quiet.setLevel(level)
+
+
+def _dask_throughput(n: int, Client: Any, LocalCluster: Any, wait: Any) -> float:
     with (
+        _no_port_warning(),
         LocalCluster(
             n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
         ) as cluster,
@@ -126,6 +153,14 @@ def dask_throughput(n: int) -> float:
             raise RuntimeError(f"{len(bad)} dask tasks did not finish")
         del futures
     return n / elapsed
+
+
+@contextlib.contextmanager
+def _no_port_warning() -> Iterator[None]:
+    """dashboard_address=None still warns when another cluster holds port 8787."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*[Pp]ort .* is already in use")
+        yield
 
 
 def _noop_dask(_: int = 0) -> None:
@@ -195,9 +230,11 @@ def _cli_env(workdir: Path) -> dict[str, str]:
     return env
 
 
-def cli_latency(rounds: int, workdir: Path) -> list[float]:
+def cli_latency(rounds: int, workdir: Path) -> tuple[list[float], list[float]]:
     """Milliseconds from launching ``chongming pause|resume`` in another process to the
-    task's new status in the store, ``rounds`` pauses and ``rounds`` resumes."""
+    task's new status in the store, ``rounds`` pauses and ``rounds`` resumes; and, for
+    the same commands, from the moment the CLI queued the command (its ``created_at``)
+    to that status (the controller's share: dispatcher tick, claim, apply, commit)."""
     import chongming_nb as cn
     from chongming_nb.stores import SqliteStore
 
@@ -215,6 +252,7 @@ def cli_latency(rounds: int, workdir: Path) -> list[float]:
 
     reader = SqliteStore(path)
     samples: list[float] = []
+    applied: list[float] = []
     h = ctl.submit(loop, name="cli-latency-loop")
     try:
         ctl.flush()
@@ -252,6 +290,7 @@ def cli_latency(rounds: int, workdir: Path) -> list[float]:
                 )
                 try:
                     t1 = _wait_status(status, want, 30)
+                    seen_at = datetime.now(UTC)
                 finally:
                     _out, err = proc.communicate(timeout=60)
                 if proc.returncode != 0:
@@ -259,6 +298,9 @@ def cli_latency(rounds: int, workdir: Path) -> list[float]:
                         f"chongming {verb} exited {proc.returncode}: {err.decode(errors='replace')}"
                     )
                 samples.append((t1 - t0) * 1000.0)
+                queued = [c for c in reader.commands(h.id) if c.verb == verb][-1].created_at
+                if queued is not None:
+                    applied.append((seen_at - queued).total_seconds() * 1000.0)
     finally:
         stop.set()
         with contextlib.suppress(Exception):
@@ -266,7 +308,7 @@ def cli_latency(rounds: int, workdir: Path) -> list[float]:
         ctl.flush()
         ctl.close()
         reader.close()
-    return samples
+    return samples, applied
 
 
 def cli_startup_ms(rounds: int, workdir: Path) -> float:
@@ -294,8 +336,9 @@ def run(size: str) -> list[dict[str, Any]]:
     work = Path(tempfile.mkdtemp(prefix="chongming-bench-store."))
     try:
         # peers measured in the same run; dask first, then its processes are gone
+        load = _load()
         peer = dask_throughput(n)
-        sqlite_tps = controller_throughput(SqliteStore(work / "tp.db"), n)
+        sqlite_tps, sqlite_cpu = controller_throughput(SqliteStore(work / "tp.db"), n)
         rows.append(
             _row(
                 f"throughput, {n} no-op tasks: Controller+SqliteStore vs dask LocalCluster",
@@ -304,6 +347,8 @@ def run(size: str) -> list[dict[str, Any]]:
                 f">= {THROUGHPUT_TARGET:.0f} tasks/s",
                 sqlite_tps >= THROUGHPUT_TARGET,
                 "tasks/s",
+                cpu_us_per_task=round(sqlite_cpu, 1),
+                load_1min=load,
             )
         )
         with postgres_url() as (url, how):
@@ -318,6 +363,7 @@ def run(size: str) -> list[dict[str, Any]]:
                         "figure reported",
                         None,
                         "tasks/s",
+                        skipped=how,
                     )
                 )
             else:
@@ -326,7 +372,7 @@ def run(size: str) -> list[dict[str, Any]]:
                 schema = f"bench_{uuid.uuid4().hex[:12]}"
                 pg = PostgresStore(url, schema=schema)
                 try:
-                    pg_tps = controller_throughput(pg, n)
+                    pg_tps, pg_cpu = controller_throughput(pg, n)
                 finally:
                     with contextlib.suppress(Exception):
                         pg.drop_schema()
@@ -340,9 +386,12 @@ def run(size: str) -> list[dict[str, Any]]:
                         "figure reported",
                         True,
                         "tasks/s",
+                        cpu_us_per_task=round(pg_cpu, 1),
+                        load_1min=_load(),
                     )
                 )
-        samples = cli_latency(cfg["cli_rounds"], work)
+        load = _load()
+        samples, applied = cli_latency(cfg["cli_rounds"], work)
         floor = cli_startup_ms(max(3, cfg["cli_rounds"] // 2), work)
         p50 = statistics.median(samples)
         rows.append(
@@ -354,10 +403,24 @@ def run(size: str) -> list[dict[str, Any]]:
                 f"<= {CLI_P50_TARGET_MS:.0f} ms",
                 p50 <= CLI_P50_TARGET_MS,
                 "ms",
+                samples_ms=[round(x, 1) for x in samples],
+                load_1min=load,
             )
         )
         p95 = sorted(samples)[max(0, round(0.95 * len(samples)) - 1)]
         rows.append(_row("CLI pause/resume -> status in store, p95", p95, floor, "-", None, "ms"))
+        if applied:
+            rows.append(
+                _row(
+                    "CLI command queued -> status in store (controller's share), p50",
+                    statistics.median(applied),
+                    None,
+                    "-",
+                    None,
+                    "ms",
+                    samples_ms=[round(x, 1) for x in applied],
+                )
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return rows
