@@ -817,6 +817,8 @@ class Controller:
             if t.exec_attempt != attempt:
                 return
             t.started_mono = self._clock.monotonic()
+            if t.hb is not None:
+                t.hb.beat(t.started_mono)  # idle time counts from the start, not the launch
             if pid is not None:
                 t.snap = t.snap.evolve(pid=pid)
             if t.snap.status is S.STARTING:
@@ -1061,7 +1063,10 @@ class Controller:
                     next_hb = now + TICK_SECONDS
                     self._sample_heartbeats(now)
             self._flush_outbox()
-            self._pump()
+            try:
+                self._pump()
+            except Exception:  # the dispatcher must outlive any one bad launch
+                log.exception("dispatching failed")
             if self._store is not None:
                 try:
                     self._link.tick(self._clock.monotonic())
