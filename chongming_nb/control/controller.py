@@ -191,6 +191,10 @@ class _Reporter:
         self.ctl._on_finished(self.task, self.attempt, outcome)
 
 
+#: One launch taken under the lock, run after it is released.
+_Launch = tuple[_Task, Executor, ExecutionRequest, _Reporter]
+
+
 class Controller:
     """Runs tasks in the background of the kernel and lets you control them.
 
@@ -519,7 +523,8 @@ class Controller:
                 self._settle([task_id])
             else:
                 self._release(t)
-        self._pump()  # flushes the outbox before it launches anything
+            picked = self._pick_for_pump()
+        self._pump(picked)  # the outbox is flushed before anything launches
         return TaskHandle(self, task_id)
 
     # ------------------------------------------------------------ dependencies
@@ -656,47 +661,74 @@ class Controller:
         if t.snap.bucket is not None:
             self._bucket_use[t.snap.bucket] -= 1
 
-    def _pump(self) -> None:
+    def _pump(self, picked: list[_Launch] | None = None) -> None:
         """Start as many queued tasks as the policy allows (launch outside the lock).
+
+        ``picked``: launches a caller already took with ``_pick_launches`` in its own
+        critical section (one lock round-trip instead of two).
 
         Not re-entrant per thread: an inline launch finishes inside ``_launch`` and its
         ``finished`` report pumps again; that nested call returns at once and this loop
         picks the next task up (else N queued inline tasks nest N deep and hit the
         recursion limit)."""
         if getattr(self._pumping, "active", False):
+            self._pumping.again = True  # the outer loop takes another pass
             self._flush_outbox()
             return
         self._pumping.active = True
         try:
-            self._pump_loop()
+            self._pump_loop(picked)
         finally:
             self._pumping.active = False
 
-    def _pump_loop(self) -> None:
+    def _pick_for_pump(self) -> list[_Launch] | None:
+        """Under the lock, for a caller that pumps right after releasing it: the
+        launches to hand to ``_pump`` (None when this thread is already pumping; the
+        outbox is flushed either way by ``_pump``)."""
+        if getattr(self._pumping, "active", False):
+            return None
+        return self._pick_launches()
+
+    def _pick_launches(self) -> list[_Launch]:
+        """Under the lock: take what may start now, and flush the outbox."""
+        launches: list[_Launch] = []
+        skipped: list[tuple[int, int, str]] = []
+        while self._ready and self._running < self.concurrency.max_parallel:
+            item = heapq.heappop(self._ready)
+            t = self._tasks[item[2]]
+            if t.snap.status is not S.QUEUED:
+                continue  # stale entry (paused, stopped, skipped meanwhile)
+            run = t.snap.pipeline_run_id
+            if run is not None and run in self._held_runs:
+                self._parked.setdefault(run, []).append(item)
+                continue
+            if not self._fits(t):
+                skipped.append(item)  # no head-of-line blocking: look further
+                continue
+            launches.append(self._prepare_launch(t))
+        for item in skipped:
+            heapq.heappush(self._ready, item)
+        self._flush_outbox()  # same critical section: one lock round-trip
+        return launches
+
+    def _pump_loop(self, picked: list[_Launch] | None = None) -> None:
         while True:
-            launches: list[tuple[_Task, Executor, ExecutionRequest, _Reporter]] = []
-            with self._lock:
-                skipped: list[tuple[int, int, str]] = []
-                while self._ready and self._running < self.concurrency.max_parallel:
-                    item = heapq.heappop(self._ready)
-                    t = self._tasks[item[2]]
-                    if t.snap.status is not S.QUEUED:
-                        continue  # stale entry (paused, stopped, skipped meanwhile)
-                    run = t.snap.pipeline_run_id
-                    if run is not None and run in self._held_runs:
-                        self._parked.setdefault(run, []).append(item)
-                        continue
-                    if not self._fits(t):
-                        skipped.append(item)  # no head-of-line blocking: look further
-                        continue
-                    launches.append(self._prepare_launch(t))
-                for item in skipped:
-                    heapq.heappush(self._ready, item)
-                self._flush_outbox()  # same critical section: one lock round-trip
+            if picked is not None:
+                launches, picked = picked, None
+            else:
+                with self._lock:
+                    launches = self._pick_launches()
             if not launches:
                 return
+            # Another pass only when this thread freed something meanwhile (an inline
+            # attempt finished, a launch failed): a slot freed on another thread is
+            # pumped by that thread. Saves one lock round-trip per launch.
+            self._pumping.again = False
             for t, ex, req, rep in launches:
-                self._launch(t, ex, req, rep)
+                if not self._launch(t, ex, req, rep):
+                    self._pumping.again = True
+            if not self._pumping.again:
+                return
 
     def _prepare_launch(self, t: _Task) -> tuple[_Task, Executor, ExecutionRequest, _Reporter]:
         exec_name, ex = self._executor_for(t.executor)
@@ -772,7 +804,8 @@ class Controller:
         if d is not None:
             self._push_timer(d, "timeout", t.snap.task_id, t.exec_attempt)
 
-    def _launch(self, t: _Task, ex: Executor, req: ExecutionRequest, rep: _Reporter) -> None:
+    def _launch(self, t: _Task, ex: Executor, req: ExecutionRequest, rep: _Reporter) -> bool:
+        """False when the launch failed (its slot is free again)."""
         try:
             handle = ex.launch(req, rep)
         except Exception as exc:
@@ -796,10 +829,10 @@ class Controller:
             self._flush_outbox()
             if isinstance(exc, ConfigurationError):
                 raise
-            return
+            return False
         with self._lock:
             if t.exec_attempt != req.attempt:
-                return  # finished (inline) or settled before launch returned
+                return True  # finished (inline) or settled before launch returned
             t.handle = handle
             t.hb = Heartbeat(handle.token, self._clock.monotonic())
             st = t.snap.status
@@ -809,6 +842,7 @@ class Controller:
                 self._deliver_pause(t)
             elif t.timeout_kind is not None:
                 handle.request_stop(t.timeout_kind.value)
+        return True
 
     # ---------------------------------------------------------- reporter hooks
 
@@ -824,7 +858,7 @@ class Controller:
             if t.snap.status is S.STARTING:
                 self._apply(t, self._sm.mark_running, pid=pid)
             self._arm_timeouts(t)
-        self._flush_outbox()
+            self._flush_outbox()  # same critical section: one lock round-trip
 
     def _on_progress_event(self, t: _Task) -> None:
         p = self._live_progress(t)
@@ -927,8 +961,8 @@ class Controller:
                     self._apply(t, self._sm.mark_running)
                 self._settle_outcome(t, outcome)
             self._after_status(t)
-        self._flush_outbox()
-        self._pump()
+            picked = self._pick_for_pump()
+        self._pump(picked)
 
     def _flush_later(self) -> None:
         pass  # outbox is flushed by the caller after the lock is released
