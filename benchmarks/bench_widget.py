@@ -440,6 +440,12 @@ def run(size: str) -> list[dict[str, Any]]:
         return rows
     times = b["per_update_ms"]
     p95 = percentile(times, 95)
+    patch_sizes = [
+        (len(u["msg"].get("update", [])) + len(u["msg"].get("upsert", [])), ms)
+        for u, ms in zip(ours["replay"], times, strict=True)
+        if u["kind"] == "custom" and u["msg"].get("type") == "patch"
+    ]
+    per_k = [ms * 1000.0 / k for k, ms in patch_sizes if k > 0]
     rows.append(
         result(
             render_metric,
@@ -451,6 +457,10 @@ def run(size: str) -> list[dict[str, Any]]:
             p50_ms=percentile(times, 50),
             max_ms=max(times),
             rendered_rows=b["rendered_rows"],
+            rows_per_patch_p50=percentile([float(k) for k, _ in patch_sizes], 50)
+            if patch_sizes
+            else None,
+            ms_per_1000_changed_rows_p50=percentile(per_k, 50) if per_k else None,
             full_state_ms=[
                 s["handler"] + s["paint"]
                 for s, u in zip(b["samples"], ours["replay"], strict=True)
