@@ -57,11 +57,11 @@ class TaskContext:
     __slots__ = (
         "_artifacts",
         "_artifacts_root",
+        "_log",
         "_reporter",
         "attempt",
         "checkpoint",
         "deadline",
-        "log",
         "name",
         "pipeline_run_id",
         "task_id",
@@ -92,9 +92,18 @@ class TaskContext:
         #: Cooperative stop/pause point: returns at once, raises TaskCancelled on a stop
         #: request, blocks while paused. Bound straight to the token: one attribute check.
         self.checkpoint = token.checkpoint
-        self.log = _TaskLogAdapter(
-            _TASK_LOGGER, {"task_id": task_id, "task_name": name, "attempt": attempt}
-        )
+        self._log: _TaskLogAdapter | None = None
+
+    @property
+    def log(self) -> logging.LoggerAdapter:  # type: ignore[type-arg]
+        """A logger whose records go to this task's log (built on first use: most tasks
+        never log, and an adapter per attempt is measurable at thousands of tasks/s)."""
+        if self._log is None:
+            self._log = _TaskLogAdapter(
+                _TASK_LOGGER,
+                {"task_id": self.task_id, "task_name": self.name, "attempt": self.attempt},
+            )
+        return self._log
 
     async def acheckpoint(self) -> None:
         await self.token.acheckpoint()

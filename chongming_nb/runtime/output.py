@@ -94,10 +94,23 @@ class _TaskLogHandler(logging.Handler):
 
 _handler = _TaskLogHandler()
 _handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+_root_logger = logging.getLogger()
+_tasks_logger = logging.getLogger("chongming_nb.tasks")
+
+
+def _in_place() -> bool:
+    return (
+        type(sys.stdout) is StreamProxy
+        and type(sys.stderr) is StreamProxy
+        and _handler in _root_logger.handlers
+        and _handler in _tasks_logger.handlers
+    )
 
 
 def install() -> None:
     """Idempotent: wrap the current sys streams (again, if something replaced them)."""
+    if _in_place():
+        return  # already in place: no lock on every attempt's hot path
     with _install_lock:
         if not isinstance(sys.stdout, StreamProxy):
             sys.stdout = StreamProxy("stdout", sys.stdout)  # type: ignore[assignment]
@@ -105,6 +118,6 @@ def install() -> None:
             sys.stderr = StreamProxy("stderr", sys.stderr)  # type: ignore[assignment]
         # the root for user loggers; ``ctx.log``'s logger does not propagate, so it gets
         # the handler itself (otherwise its records would reach no task log at all)
-        for logger in (logging.getLogger(), logging.getLogger("chongming_nb.tasks")):
+        for logger in (_root_logger, _tasks_logger):
             if _handler not in logger.handlers:
                 logger.addHandler(_handler)

@@ -11,6 +11,7 @@ as the thread really runs.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import queue
 import threading
@@ -27,12 +28,38 @@ _IDLE_SECONDS = 30.0
 _names = itertools.count(1)
 
 
+class _Done:
+    """A one-shot event on a bare lock (held until set): what ``threading.Event`` does
+    for a handle, without building a Condition and two locks in Python per attempt."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+
+    def set(self) -> None:
+        with contextlib.suppress(RuntimeError):  # already set
+            self._lock.release()
+
+    def is_set(self) -> bool:
+        return not self._lock.locked()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if not self._lock.locked():
+            return True
+        if not self._lock.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+            return False
+        self._lock.release()  # let every other waiter through too
+        return True
+
+
 class ThreadHandle:
     __slots__ = ("_done", "abandoned", "token", "worker")
 
     def __init__(self, token: CancellationToken) -> None:
         self.token = token
-        self._done = threading.Event()
+        self._done = _Done()
         self.abandoned = False
         self.worker: _Worker | None = None
 
