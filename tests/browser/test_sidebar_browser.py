@@ -64,10 +64,21 @@ def notebook_class(lab: Any, page: Any, name: str) -> Any:
     """The conftest's Notebook driver for a page of our own (the factory binds ``page``)."""
     here = Path(__file__).with_name("conftest.py")
     module = next(
-        m
-        for m in list(sys.modules.values())
-        if getattr(m, "__file__", None) and Path(m.__file__) == here
+        (
+            m
+            for m in list(sys.modules.values())
+            if getattr(m, "__file__", None) and Path(m.__file__) == here
+        ),
+        None,
     )
+    if module is None:  # pytest registered it under another name: load the file itself
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("chongming_browser_conftest", here)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules["chongming_browser_conftest"] = module
     return module.Notebook(lab, page, name)
 
 
