@@ -257,6 +257,7 @@ class Controller:
         self._id_rng = random.Random(secrets.randbits(128))
         self._outbox: list[Any] = []
         self._request_keys: dict[str, None] = {}
+        self._executing: set[_Task] = set()
         self._id_prefix = secrets.token_hex(4)
         self._event_seq = itertools.count(1)
         self._closed = False
@@ -736,6 +737,7 @@ class Controller:
         self._take_slot(t)
         attempt = t.snap.attempt
         t.exec_attempt = attempt
+        self._executing.add(t)
         t.handle = None
         t.live = None
         t.timeout_kind = None
@@ -812,6 +814,7 @@ class Controller:
             with self._lock:
                 if t.exec_attempt == req.attempt:
                     t.exec_attempt = 0
+                    self._executing.discard(t)
                     self._free_slot(t)
                     fail = Failure(
                         FailureKind.EXCEPTION,
@@ -945,6 +948,7 @@ class Controller:
                 self._flush_later()
                 return
             t.exec_attempt = 0
+            self._executing.discard(t)
             t.handle = None
             t.hb = None  # frees the attempt's token and reporter (memory per finished task)
             self._free_slot(t)
@@ -1042,15 +1046,18 @@ class Controller:
         rec = t.attempts[-1]
         if rec.ended_at is not None:
             return
-        from dataclasses import replace
-
-        rec = replace(
-            rec,
+        # built directly, not with dataclasses.replace (which inspects the fields on
+        # every call): once per attempt on the hot path
+        rec = AttemptRecord(
+            task_id=rec.task_id,
+            attempt=rec.attempt,
+            started_at=rec.started_at,
             ended_at=self._clock.now(),
             outcome=outcome,
             failure_kind=fail.kind if fail else None,
             failure_message=fail.message if fail else None,
             traceback=fail.traceback if fail else None,
+            executor=rec.executor,
             abandoned=abandoned,
             exit_code=fail.exit_code if fail else None,
         )
@@ -1109,7 +1116,8 @@ class Controller:
                     log.exception("store tick failed")
 
     def _sample_heartbeats(self, now: float) -> None:
-        for t in self._tasks.values():
+        # only tasks with a live execution: the cost must not grow with history
+        for t in self._executing:
             hb = t.hb
             if hb is None or t.exec_attempt == 0:
                 continue
@@ -1172,6 +1180,7 @@ class Controller:
             return  # its finished() report is on the way
         s = t.snap
         t.exec_attempt = 0
+        self._executing.discard(t)
         t.handle = None
         t.hb = None
         self._free_slot(t)
@@ -1964,6 +1973,9 @@ def _describe(value: Any) -> dict[str, Any] | None:
     """A small JSON-able description of a result for the snapshot's ``outcome``."""
     if value is None:
         return None
+    cls = type(value)
+    if cls is int or cls is float or cls is bool:  # the common case, without probing
+        return {"type": f"builtins.{cls.__qualname__}", "value": value}
     out: dict[str, Any] = {"type": f"{type(value).__module__}.{type(value).__qualname__}"}
     shape = getattr(value, "shape", None)
     if isinstance(shape, tuple):
