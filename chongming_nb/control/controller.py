@@ -1974,7 +1974,8 @@ def _describe(value: Any) -> dict[str, Any] | None:
     if value is None:
         return None
     cls = type(value)
-    if cls is int or cls is float or cls is bool:  # the common case, without probing
+    if cls is bool or cls is float or (cls is int and -(10**18) < value < 10**18):
+        # the common case, without probing (what the general path below gives them)
         return {"type": f"builtins.{cls.__qualname__}", "value": value}
     out: dict[str, Any] = {"type": f"{type(value).__module__}.{type(value).__qualname__}"}
     shape = getattr(value, "shape", None)
