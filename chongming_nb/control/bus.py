@@ -106,6 +106,8 @@ class EventBus:
             with self._cond:
                 subs = list(self._subs.values())
             hooks = list(self.hooks)
+            if not subs and not hooks:
+                batch = []  # nobody listens: nothing to publish
             for item in batch:
                 if not isinstance(item, Event):
                     continue

@@ -68,6 +68,11 @@ _SKIP_FROM = frozenset(s for s in TRANSITIONS if S.SKIPPED in TRANSITIONS[s])
 _FAIL_FROM = frozenset({S.STARTING, S.RUNNING, S.PAUSING, S.STOPPING, S.RETRY_WAIT})
 _LOST_FROM = frozenset(s for s in TRANSITIONS if S.LOST in TRANSITIONS[s])
 _SUCCEED_FROM = frozenset(s for s in TRANSITIONS if S.SUCCEEDED in TRANSITIONS[s])
+#: The requested action each status implies (none for the others).
+_REQUESTED: dict[TaskStatus, RequestedAction] = {
+    S.STOPPING: RequestedAction.STOP,
+    S.PAUSING: RequestedAction.PAUSE,
+}
 #: Non-terminal states in which the current attempt has not started (no started_at).
 _NOT_STARTED = frozenset({S.PENDING, S.BLOCKED, S.QUEUED, S.RETRY_WAIT})
 
@@ -105,17 +110,21 @@ class StateMachine:
                 s.status, to.value, [t.value for t in TRANSITIONS[s.status]], task_id=s.task_id
             )
         now = self.clock.now()
-        fields: dict[str, Any] = dict(changes or {})
-        fields.setdefault("ended_at", now if to in TERMINAL else None)
-        if to is S.STOPPING:
-            fields["requested_action"] = RequestedAction.STOP
-        elif to is S.PAUSING:
-            fields["requested_action"] = RequestedAction.PAUSE
-        else:
-            fields["requested_action"] = None
+        version = s.status_version + 1
+        fields: dict[str, Any] = {
+            "status": to,
+            "status_version": version,
+            "ended_at": now if to in TERMINAL else None,
+            "requested_action": _REQUESTED.get(to),
+        }
         if to is not S.RETRY_WAIT:
-            fields.setdefault("retry_at", None)
-        new = s.evolve(status=to, status_version=s.status_version + 1, **fields)
+            fields["retry_at"] = None
+        if changes:
+            fields.update(changes)  # explicit changes win (ended_at, retry_at)
+            fields["status"] = to
+            fields["status_version"] = version
+            fields["requested_action"] = _REQUESTED.get(to)
+        new = s.evolve(**fields)
         tr = Transition(
             task_id=s.task_id,
             from_status=s.status,
