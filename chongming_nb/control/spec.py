@@ -184,6 +184,15 @@ def wants_context(fn: Callable[..., Any]) -> bool:
     TaskContext. Other callables (``time.sleep``, ``pd.read_csv``) are called as they are;
     they cannot checkpoint, so a stop can only abandon them.
     """
+    known = _cached(fn, "ctx")
+    if known is not None:
+        return bool(known)
+    answer = _wants_context(fn)
+    _remember(fn, "ctx", answer)
+    return answer
+
+
+def _wants_context(fn: Callable[..., Any]) -> bool:
     sig = _signature(fn)
     if sig is None:
         return False
@@ -205,6 +214,8 @@ def check_arguments(
     sig = _signature(fn)
     if sig is None:
         return
+    if not kwargs and len(args) + inject == _plain_arity(fn, sig):
+        return  # only plain positional parameters, all given: what bind() would accept
     try:
         if inject:
             sig.bind(None, *args, **kwargs)
@@ -215,6 +226,22 @@ def check_arguments(
         raise ConfigurationError(
             f"{name}{sig}: cannot be called with these arguments: {exc}"
         ) from None
+
+
+def _plain_arity(fn: Callable[..., Any], sig: inspect.Signature) -> int:
+    """The parameter count when every parameter is positional-or-keyword without a
+    default (so a call binds iff it passes exactly that many positional arguments);
+    -1 for any other signature."""
+    arity = _cached(fn, "arity")
+    if arity is None:
+        params = sig.parameters.values()
+        plain = all(
+            p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+            for p in params
+        )
+        arity = len(params) if plain else -1
+        _remember(fn, "arity", arity)
+    return int(arity)
 
 
 class TaskRegistry:
