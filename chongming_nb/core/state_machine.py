@@ -68,6 +68,8 @@ _SKIP_FROM = frozenset(s for s in TRANSITIONS if S.SKIPPED in TRANSITIONS[s])
 _FAIL_FROM = frozenset({S.STARTING, S.RUNNING, S.PAUSING, S.STOPPING, S.RETRY_WAIT})
 _LOST_FROM = frozenset(s for s in TRANSITIONS if S.LOST in TRANSITIONS[s])
 _SUCCEED_FROM = frozenset(s for s in TRANSITIONS if S.SUCCEEDED in TRANSITIONS[s])
+_QUEUE_FROM = frozenset({S.PENDING, S.BLOCKED, S.RETRY_WAIT})
+_DISPATCH_FROM = frozenset({S.QUEUED, S.RETRY_WAIT})
 #: The requested action each status implies (none for the others).
 _REQUESTED: dict[TaskStatus, RequestedAction] = {
     S.STOPPING: RequestedAction.STOP,
@@ -394,9 +396,8 @@ class StateMachine:
         actor: str = "scheduler",
         reason: str | None = None,
     ) -> Result:
-        sources = frozenset({S.PENDING, S.BLOCKED, S.RETRY_WAIT})
-        if s.status not in sources:
-            raise self._reject(s, "mark_queued", sources)
+        if s.status not in _QUEUE_FROM:
+            raise self._reject(s, "mark_queued", _QUEUE_FROM)
         return self._apply(
             s,
             S.QUEUED,
@@ -408,9 +409,8 @@ class StateMachine:
 
     def mark_starting(self, s: TaskSnapshot, *, executor: str | None = None) -> Result:
         """QUEUED/RETRY_WAIT -> STARTING; a new attempt begins (guard: the budget)."""
-        sources = frozenset({S.QUEUED, S.RETRY_WAIT})
-        if s.status not in sources:
-            raise self._reject(s, "mark_starting", sources)
+        if s.status not in _DISPATCH_FROM:
+            raise self._reject(s, "mark_starting", _DISPATCH_FROM)
         if s.attempt + 1 > s.max_attempts:
             raise AttemptsExhausted(s.attempt, s.max_attempts, task_id=s.task_id)
         now = self.clock.now()

@@ -18,6 +18,9 @@ def _always() -> bool:
     return True
 
 
+_COND_INIT = threading.Lock()
+
+
 class CancellationToken:
     """Stop and pause signals for one attempt.
 
@@ -45,7 +48,9 @@ class CancellationToken:
         self.paused = False
         self._stop = False
         self._pause = False
-        self._cond = threading.Condition(threading.Lock())
+        # built on first use: most attempts never see a stop or a pause, and a
+        # Condition costs more to build than the rest of the token
+        self._cond: threading.Condition | None = None
         self.on_pause_reached: Callable[[], bool] = _always
         self.on_resumed: Callable[[], None] = lambda: None
 
@@ -59,25 +64,36 @@ class CancellationToken:
     def pause_requested(self) -> bool:
         return self._pause
 
+    def _condition(self) -> threading.Condition:
+        cond = self._cond
+        if cond is None:
+            with _COND_INIT:  # two first users at once must share one condition
+                cond = self._cond
+                if cond is None:
+                    cond = self._cond = threading.Condition(threading.Lock())
+        return cond
+
     def request_stop(self, reason: str | None = None) -> None:
-        with self._cond:
+        cond = self._condition()
+        with cond:
             if not self._stop:
                 self._stop = True
                 self.reason = reason
             self.flag = True
-            self._cond.notify_all()
+            cond.notify_all()
 
     def request_pause(self) -> None:
-        with self._cond:
+        with self._condition():
             self._pause = True
             self.flag = True
 
     def resume(self) -> None:
         """Withdraw a pause request and wake a checkpoint blocked in a pause."""
-        with self._cond:
+        cond = self._condition()
+        with cond:
             self._pause = False
             self.flag = self._stop
-            self._cond.notify_all()
+            cond.notify_all()
 
     # ------------------------------------------------------ delivery (task thread)
 
@@ -91,11 +107,12 @@ class CancellationToken:
         if self._stop:
             raise TaskCancelled(self.reason or "stop requested")
         if self._pause and self.on_pause_reached():
-            with self._cond:
+            cond = self._condition()
+            with cond:
                 self.paused = True
                 try:
                     while self._pause and not self._stop:
-                        self._cond.wait()
+                        cond.wait()
                 finally:
                     self.paused = False
             if self._stop:
