@@ -77,8 +77,8 @@ def notebook_class(lab: Any, page: Any, name: str) -> Any:
         spec = importlib.util.spec_from_file_location("chongming_browser_conftest", here)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
+        sys.modules["chongming_browser_conftest"] = module  # dataclasses look it up
         spec.loader.exec_module(module)
-        sys.modules["chongming_browser_conftest"] = module
     return module.Notebook(lab, page, name)
 
 
