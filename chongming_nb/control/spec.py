@@ -159,6 +159,13 @@ def _cached(fn: Any, key: str) -> Any:
 
 
 def _remember(fn: Any, key: str, value: Any) -> None:
+    try:
+        facts = _FACTS.get(fn)
+    except TypeError:  # unhashable or not weak-referenceable
+        return
+    if facts is not None:
+        facts[key] = value  # one dict store (atomic): no lock once fn has its entry
+        return
     with _FACTS_LOCK, contextlib.suppress(TypeError):  # not weak-referenceable
         _FACTS.setdefault(fn, {})[key] = value
 
