@@ -489,8 +489,10 @@ class TaskTable(anywidget.AnyWidget):
                 self.rows_seq = seq
                 self.rows_at = epoch_ms(self._clock.now()) or 0.0
         self._full_seq = seq
-        # a 10,000-row board re-sends its full state at most every 10 s
-        self._next_full = now + max(self._full_min_interval, len(rows) / 1000.0)
+        # The full trait only serves saved widget state and views opened later (a page
+        # reload asks get_state, which is always current), so big boards re-send it
+        # rarely: a 10,000-row board at most every 100 s; live views run on patches.
+        self._next_full = now + max(self._full_min_interval, len(rows) / 100.0)
 
     def get_state(self, key: Any = None) -> dict[str, Any]:
         """Answer state requests (a page reload) with the current rows, not the last
