@@ -133,9 +133,11 @@ class TaskContext:
         caller's loop takes a few milliseconds: stop and pause land within ~20 ms while
         the per-item cost stays a C-level iterator step.
         """
+        sized = False
         if total is None:
             try:
                 total = len(iterable)  # type: ignore[arg-type]
+                sized = True
             except TypeError:
                 total = None
         reporter = self._reporter
@@ -146,6 +148,21 @@ class TaskContext:
         it = iter(iterable)
         done = 0
         batch = 1
+        if sized:
+            # The length is known: count by batch sizes, so each item costs one islice
+            # step. If len() was wrong, the general loop below counts the rest.
+            n = int(total or 0)
+            while done < n:
+                token.checkpoint()
+                t0 = perf_counter()
+                yield from islice(it, batch)
+                dt = perf_counter() - t0
+                done = min(done + batch, n)
+                reporter.progress(done, None, None, None)
+                if dt < _BATCH_TARGET_LOW and batch < _MAX_BATCH:
+                    batch *= 2
+                elif dt > _BATCH_TARGET_HIGH and batch > 1:
+                    batch = max(1, batch // 2)
         while True:
             token.checkpoint()
             t0 = perf_counter()
