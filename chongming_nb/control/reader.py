@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from chongming_nb.core.errors import ConfigurationError, TaskNotFound
+from chongming_nb.control.controller import _status_set
+from chongming_nb.core.errors import TaskNotFound
 from chongming_nb.core.models import AttemptRecord, TaskSnapshot, Transition
 from chongming_nb.core.states import TaskStatus
 from chongming_nb.stores.protocol import LogRecord, TaskQuery
@@ -35,12 +36,8 @@ class StoreReader:
         pipeline_run_id: str | None = None,
         limit: int | None = None,
     ) -> list[TaskSnapshot]:
-        if isinstance(status, str):
-            status = [status]
-        try:
-            statuses = None if status is None else frozenset(TaskStatus(s) for s in status)
-        except ValueError as exc:
-            raise ConfigurationError(str(exc)) from None
+        """Snapshots from the store, newest first, filtered like ``Controller.list_tasks``."""
+        statuses = _status_set(status)
         return list(
             self.store.query(
                 TaskQuery(
