@@ -172,6 +172,27 @@ def format_table(rows: list[dict[str, Any]], problems: dict[str, str]) -> str:
     return "\n".join(out)
 
 
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    """The same table as Markdown, for docs/performance.md."""
+    out = [
+        "| metric | this project | peer(s) | ratio | target | result |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ours = f"{_num(r['ours'])} {r['unit']}".strip() if r["ours"] is not None else "-"
+        ratio = "-" if r["ratio"] is None else f"{_num(r['ratio'])}x"
+        cells = [
+            str(r["metric"]),
+            ours,
+            _peer(r["peer"]),
+            ratio,
+            str(r["target"]),
+            _verdict(r["pass"]),
+        ]
+        out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(out)
+
+
 # -------------------------------------------------------------------- main
 
 
@@ -186,7 +207,14 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         help="run only this benchmark (e.g. throughput or bench_throughput); repeatable",
     )  # fmt: skip
     ap.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write the results")
+    ap.add_argument(
+        "--markdown", type=Path, metavar="RESULTS_JSON",
+        help="print the table of an earlier run (its JSON file) as Markdown, run nothing",
+    )  # fmt: skip
     args = ap.parse_args(argv)
+    if args.markdown is not None:
+        print(markdown_table(json.loads(args.markdown.read_text())["results"]), file=out)
+        return 0
 
     names = discover()
     wanted = [n.removeprefix("bench_").removesuffix(".py") for n in args.only]
