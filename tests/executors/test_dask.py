@@ -112,7 +112,7 @@ def test_a_worker_that_cannot_be_killed_is_abandoned_honestly() -> None:
     ):
         ctl = cn.Controller(executor=DaskExecutor(client), stop_grace=0.3)
         try:
-            h = ctl.submit(T.stubborn, 1.5)
+            h = ctl.submit(T.stubborn, 6.0)  # long enough to outlast a late progress report + grace
             assert poll_until(lambda: (p := ctl.get(h).progress) is not None and p.done == 1, WAIT)
             h.stop()
             assert h.wait(WAIT)

@@ -357,7 +357,7 @@ def test_concurrent_clicks_events_and_flushes(fctl, clock, comms) -> None:
         snap = fctl.get(tid)
         assert rows[tid]["status"] == snap.status.value
         # a retry clears progress (a new attempt starts from nothing)
-        assert rows[tid]["done"] == (snap.progress.done if snap.progress else None)
+        assert rows[tid]["done"] == (snap.progress.done if snap.progress else 0.0)
         assert rows[tid]["can"] == {v: fctl.can(tid, v)[0] for v in CONTROL_VERBS}
     seqs = [(p["base"], p["seq"]) for p in patches(t)]
     assert all(b + 1 == s for b, s in seqs)
