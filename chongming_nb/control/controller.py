@@ -945,7 +945,7 @@ class Controller:
                             "its LOST record stands",
                         ),
                     )
-                self._flush_later()
+                self._flush_outbox()  # safe under the lock: the bus never calls back in
                 return
             t.exec_attempt = 0
             self._executing.discard(t)
@@ -967,9 +967,6 @@ class Controller:
             self._after_status(t)
             picked = self._pick_for_pump()
         self._pump(picked)
-
-    def _flush_later(self) -> None:
-        pass  # outbox is flushed by the caller after the lock is released
 
     def _settle_outcome(self, t: _Task, outcome: Outcome) -> None:
         st = t.snap.status
