@@ -1585,8 +1585,6 @@ class Controller:
                 t = self._task(task_id)
             except TaskNotFound as exc:
                 return False, str(exc)
-            if verb == "resume" and t.snap.status is S.PAUSING:
-                return True, None  # withdraws a pause that has not taken effect yet
             ok, why = self._sm.can(t.snap, verb, force=force)
             if ok and verb == "reset" and t.exec_attempt:
                 return False, "its execution is still alive; stop it first"

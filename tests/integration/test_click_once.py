@@ -27,7 +27,10 @@ def test_same_request_key_is_applied_once() -> None:
         assert ok2 and why2 == "already applied"
         pauses = [t for t in ctl.history(h.id) if t.trigger == "user:pause"]
         assert len(pauses) == 1
-        # a refused click does not burn its key: a later legal retry of it still applies
+        # a refused click does not burn its key: the same click applies once it is legal
+        early, _ = ctl.apply(h.id, "resume", actor="widget", args={"request_key": "w1:8"})
+        if not early:  # still PAUSING: resume binds to the state machine's can(), like the UI
+            assert h.pause(wait=True).status is cn.TaskStatus.PAUSED
         ok3, _ = ctl.apply(h.id, "resume", actor="widget", args={"request_key": "w1:8"})
         assert ok3
         gate.set()
