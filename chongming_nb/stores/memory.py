@@ -13,7 +13,6 @@ from chongming_nb.core.models import (
     AttemptRecord,
     Command,
     CommandState,
-    Progress,
     TaskSnapshot,
     Transition,
 )
@@ -28,6 +27,7 @@ from chongming_nb.stores.protocol import (
     SaveItem,
     TaskQuery,
     Touch,
+    TouchViaTouchMany,
 )
 
 __all__ = ["InMemoryStore", "matches", "order_snapshots"]
@@ -61,7 +61,7 @@ def order_snapshots(
     return [s for _, s in dated + undated]
 
 
-class InMemoryStore:
+class InMemoryStore(TouchViaTouchMany):
     """A ``TaskStore`` in process memory, guarded by one lock."""
 
     def __init__(self) -> None:
@@ -254,29 +254,6 @@ class InMemoryStore:
         return [e for _, e in rows]
 
     # --------------------------------------------------------- side channel
-    def touch(
-        self,
-        task_id: str,
-        *,
-        progress: Progress | None = None,
-        heartbeat_at: datetime | None = None,
-        lease_owner: str | None = None,
-        lease_until: datetime | None = None,
-        pid: int | None = None,
-    ) -> None:
-        self.touch_many(
-            [
-                Touch(
-                    task_id,
-                    progress=progress,
-                    heartbeat_at=heartbeat_at,
-                    lease_owner=lease_owner,
-                    lease_until=lease_until,
-                    pid=pid,
-                )
-            ]
-        )
-
     def touch_many(self, touches: Sequence[Touch]) -> None:
         for t in touches:
             utc(t.heartbeat_at, f"task {t.task_id}: heartbeat_at")

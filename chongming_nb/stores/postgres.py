@@ -36,7 +36,6 @@ from chongming_nb.core.models import (
     AttemptRecord,
     Command,
     CommandState,
-    Progress,
     TaskSnapshot,
     Transition,
 )
@@ -52,6 +51,7 @@ from chongming_nb.stores.protocol import (
     SaveItem,
     TaskQuery,
     Touch,
+    TouchViaTouchMany,
 )
 
 __all__ = ["MIGRATIONS", "PostgresStore"]
@@ -249,7 +249,7 @@ def _row(cur: psycopg.Cursor[Any], values: Sequence[Any]) -> dict[str, Any]:
     return {d.name: v for d, v in zip(cur.description, values, strict=True)}
 
 
-class PostgresStore:
+class PostgresStore(TouchViaTouchMany):
     """A ``TaskStore`` in a PostgreSQL schema."""
 
     def __init__(
@@ -588,29 +588,6 @@ class PostgresStore:
         return rows
 
     # ------------------------------------------------------ side channel
-    def touch(
-        self,
-        task_id: str,
-        *,
-        progress: Progress | None = None,
-        heartbeat_at: datetime | None = None,
-        lease_owner: str | None = None,
-        lease_until: datetime | None = None,
-        pid: int | None = None,
-    ) -> None:
-        self.touch_many(
-            [
-                Touch(
-                    task_id,
-                    progress=progress,
-                    heartbeat_at=heartbeat_at,
-                    lease_owner=lease_owner,
-                    lease_until=lease_until,
-                    pid=pid,
-                )
-            ]
-        )
-
     def touch_many(self, touches: Sequence[Touch]) -> None:
         rows = []
         for t in touches:

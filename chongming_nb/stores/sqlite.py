@@ -33,7 +33,6 @@ from chongming_nb.core.models import (
     AttemptRecord,
     Command,
     CommandState,
-    Progress,
     TaskSnapshot,
     Transition,
 )
@@ -49,6 +48,7 @@ from chongming_nb.stores.protocol import (
     SaveItem,
     TaskQuery,
     Touch,
+    TouchViaTouchMany,
 )
 
 __all__ = ["MIGRATIONS", "SqliteStore"]
@@ -287,7 +287,7 @@ def _attempt_values(
     )
 
 
-class SqliteStore:
+class SqliteStore(TouchViaTouchMany):
     """A ``TaskStore`` in one SQLite file. ``path`` may be ``~``-relative."""
 
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0) -> None:
@@ -695,29 +695,6 @@ class SqliteStore:
         return rows
 
     # --------------------------------------------------------- side channel
-    def touch(
-        self,
-        task_id: str,
-        *,
-        progress: Progress | None = None,
-        heartbeat_at: datetime | None = None,
-        lease_owner: str | None = None,
-        lease_until: datetime | None = None,
-        pid: int | None = None,
-    ) -> None:
-        self.touch_many(
-            [
-                Touch(
-                    task_id,
-                    progress=progress,
-                    heartbeat_at=heartbeat_at,
-                    lease_owner=lease_owner,
-                    lease_until=lease_until,
-                    pid=pid,
-                )
-            ]
-        )
-
     def touch_many(self, touches: Sequence[Touch]) -> None:
         rows = []
         for t in touches:
