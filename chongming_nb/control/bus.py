@@ -9,8 +9,8 @@ to a task.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
-from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -33,18 +33,35 @@ def _compile_filter(flt: EventFilter) -> Callable[[Event], bool] | None:
     return lambda ev: isinstance(ev, types)
 
 
+class _Flush:
+    """A marker queued behind everything put so far: set when the recorder reaches it."""
+
+    __slots__ = ("done",)
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+
+
 class EventBus:
-    """Ordered, isolated delivery on one background thread."""
+    """Ordered, isolated delivery on one background thread.
+
+    The hand-off is a ``queue.SimpleQueue`` of batches (one C-level put per flush of
+    the controller's outbox, no Python condition variable on the hot path). ``flush``
+    queues a marker behind everything put so far and waits for the recorder to reach
+    it, so "recorded" means exactly "everything put before the call".
+
+    With no store to write and nobody listening (no subscriber, no hook), a batch has
+    no consumer: ``put_many`` drops it instead of waking the recorder. A subscriber sees
+    the events put after it subscribed.
+    """
 
     def __init__(self, persist: Callable[[list[Any]], None] | None = None) -> None:
         self._subs: dict[int, tuple[Callback, Callable[[Event], bool] | None]] = {}
         self._next = 0
-        self._queue: deque[Any] = deque()
-        self._cond = threading.Condition()
+        self._queue: queue.SimpleQueue[list[Any] | _Flush | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()  # guards _subs and _next
         self._persist = persist
         self._closed = False
-        self._idle = threading.Event()
-        self._idle.set()
         self.subscriber_failures = 0
         self.hooks: list[Any] = []
         self.hook_failures = 0
@@ -55,74 +72,85 @@ class EventBus:
         if not callable(callback):
             raise TypeError(f"watch() needs a callable, got {callback!r}")
         compiled = _compile_filter(flt)
-        with self._cond:
+        with self._lock:
             key = self._next
             self._next += 1
-            self._subs[key] = (callback, compiled)
+            self._subs = {**self._subs, key: (callback, compiled)}  # copy-on-write
 
         def unsubscribe() -> None:
-            with self._cond:
-                self._subs.pop(key, None)
+            with self._lock:
+                if key in self._subs:
+                    self._subs = {k: v for k, v in self._subs.items() if k != key}
 
         return unsubscribe
 
     def put_many(self, items: list[Any]) -> None:
         """Queue items (events, or store writes tagged as tuples) in order."""
-        if not items:
+        if not items or (self._persist is None and not self._subs and not self.hooks):
             return
-        with self._cond:
-            self._queue.extend(items)
-            if self._idle.is_set():  # both flips happen under _cond: no race
-                self._idle.clear()
-            self._cond.notify()
+        self._queue.put(items)
 
     def flush(self, timeout: float | None = 10.0) -> bool:
         """Block until everything queued so far has been recorded and published."""
-        if threading.current_thread() is self._thread:
+        if threading.current_thread() is self._thread or not self._thread.is_alive():
             return True
-        return self._idle.wait(timeout)
+        marker = _Flush()
+        self._queue.put(marker)
+        return marker.done.wait(timeout)
 
     def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify()
+        self._closed = True
+        self._queue.put(None)
 
     def _run(self) -> None:
+        q = self._queue
         while True:
-            with self._cond:
-                while not self._queue and not self._closed:
-                    self._idle.set()
-                    self._cond.wait()
-                if not self._queue and self._closed:
-                    self._idle.set()
-                    return
-                batch = list(self._queue)
-                self._queue.clear()
-            if self._persist is not None:
+            first = q.get()
+            # take whatever else is already queued: one store write for many batches
+            batch: list[Any] = []
+            markers: list[_Flush] = []
+            stop = False
+            item = first
+            while True:
+                if item is None:
+                    stop = True
+                elif isinstance(item, _Flush):
+                    markers.append(item)
+                else:
+                    batch.extend(item)
                 try:
-                    self._persist(batch)
-                except Exception:  # persistence failures are counted by the persister
-                    log.exception("persisting a batch of %d records failed", len(batch))
-            with self._cond:
-                subs = list(self._subs.values())
-            hooks = list(self.hooks)
-            if not subs and not hooks:
-                batch = []  # nobody listens: nothing to publish
-            for item in batch:
-                if not isinstance(item, Event):
-                    continue
-                for cb, flt in subs:
-                    try:
-                        if flt is None or flt(item):
-                            cb(item)
-                    except Exception:
-                        self.subscriber_failures += 1
-                        log.exception("event subscriber %r failed on %s", cb, item.type)
-                for hook in hooks:
-                    self._call_hook(hook, item)
-            with self._cond:
-                if not self._queue:
-                    self._idle.set()
+                    item = q.get_nowait()
+                except queue.Empty:
+                    break
+            if batch:
+                self._deliver(batch)
+            for m in markers:
+                m.done.set()
+            if stop:
+                return
+
+    def _deliver(self, batch: list[Any]) -> None:
+        if self._persist is not None:
+            try:
+                self._persist(batch)
+            except Exception:  # persistence failures are counted by the persister
+                log.exception("persisting a batch of %d records failed", len(batch))
+        subs = list(self._subs.values())
+        hooks = list(self.hooks)
+        if not subs and not hooks:
+            return  # nobody listens: nothing to publish
+        for item in batch:
+            if not isinstance(item, Event):
+                continue
+            for cb, flt in subs:
+                try:
+                    if flt is None or flt(item):
+                        cb(item)
+                except Exception:
+                    self.subscriber_failures += 1
+                    log.exception("event subscriber %r failed on %s", cb, item.type)
+            for hook in hooks:
+                self._call_hook(hook, item)
 
     def _call_hook(self, hook: Any, ev: Event) -> None:
         from chongming_nb.core.events import AttemptStarted, TaskStatusChanged
