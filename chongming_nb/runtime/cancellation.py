@@ -1,8 +1,18 @@
-"""Cooperative cancellation: stop and pause are *requested* here and *delivered* only at
-checkpoints inside the task (``CancellationToken.checkpoint``).
+"""Cooperative cancellation: stop, pause and liveness probes are *requested* here and
+*delivered* only at checkpoints inside the task (``CancellationToken.checkpoint``).
 
-Invariant: ``flag`` is True exactly when a stop or a pause is pending, so the fast path
-of ``checkpoint()`` is one attribute check.
+Invariants:
+
+* ``flag`` is True whenever a stop, a pause or a liveness probe is pending, so the fast
+  path of ``checkpoint()`` is one attribute check and touches nothing else.
+* Every write of ``flag``, ``_stop``, ``_pause`` and ``_probe`` happens under ``_lock``
+  (the lock under the pause condition too), and every write of ``flag`` that may clear
+  it recomputes it from the pending requests under that lock: a stop, a pause or a
+  probe requested concurrently is never lost.
+* ``beats`` changes only by being incremented: a consumer that sees it differ from its
+  last sample has seen a sign of life. A checkpoint increments it only to answer a
+  probe (``arm_probe``), so a sampler must arm a probe after each sample (see
+  ``runtime/heartbeat.py``).
 """
 
 from __future__ import annotations
@@ -18,11 +28,8 @@ def _always() -> bool:
     return True
 
 
-_COND_INIT = threading.Lock()
-
-
 class CancellationToken:
-    """Stop and pause signals for one attempt.
+    """Stop and pause signals and liveness probes for one attempt.
 
     ``on_pause_reached`` is asked when a checkpoint sees a pause request; it returns True
     to actually block (the controller confirmed PAUSED) or False when the pause was
@@ -31,7 +38,9 @@ class CancellationToken:
 
     __slots__ = (
         "_cond",
+        "_lock",
         "_pause",
+        "_probe",
         "_stop",
         "beats",
         "flag",
@@ -48,8 +57,10 @@ class CancellationToken:
         self.paused = False
         self._stop = False
         self._pause = False
-        # built on first use: most attempts never see a stop or a pause, and a
-        # Condition costs more to build than the rest of the token
+        self._probe = False
+        self._lock = threading.Lock()
+        # built on first use, over ``_lock``: most attempts never see a stop or a pause,
+        # and a Condition costs more to build than the rest of the token
         self._cond: threading.Condition | None = None
         self.on_pause_reached: Callable[[], bool] = _always
         self.on_resumed: Callable[[], None] = lambda: None
@@ -64,13 +75,18 @@ class CancellationToken:
     def pause_requested(self) -> bool:
         return self._pause
 
+    @property
+    def probe_pending(self) -> bool:
+        """A liveness probe is armed and no checkpoint has answered it yet."""
+        return self._probe
+
     def _condition(self) -> threading.Condition:
         cond = self._cond
         if cond is None:
-            with _COND_INIT:  # two first users at once must share one condition
+            with self._lock:  # two first users at once must share one condition
                 cond = self._cond
                 if cond is None:
-                    cond = self._cond = threading.Condition(threading.Lock())
+                    cond = self._cond = threading.Condition(self._lock)
         return cond
 
     def request_stop(self, reason: str | None = None) -> None:
@@ -83,7 +99,7 @@ class CancellationToken:
             cond.notify_all()
 
     def request_pause(self) -> None:
-        with self._condition():
+        with self._lock:
             self._pause = True
             self.flag = True
 
@@ -92,18 +108,37 @@ class CancellationToken:
         cond = self._condition()
         with cond:
             self._pause = False
-            self.flag = self._stop
+            self.flag = self._stop or self._probe
             cond.notify_all()
+
+    def arm_probe(self) -> None:
+        """Ask for a sign of life: the next checkpoint increments ``beats`` once.
+
+        Samplers call this after reading ``beats``; arming an armed probe is a no-op.
+        """
+        with self._lock:
+            self._probe = True
+            self.flag = True
 
     # ------------------------------------------------------ delivery (task thread)
 
     def checkpoint(self) -> None:
-        """Return at once unless a stop (raise TaskCancelled) or pause (block) is pending."""
-        self.beats += 1
+        """Return at once unless a stop (raise TaskCancelled), a pause (block) or a
+        liveness probe (answer it, then return) is pending."""
         if self.flag:
             self._deliver()
 
+    def _answer_probe(self) -> None:
+        with self._lock:
+            if self._probe:
+                self._probe = False
+                self.beats += 1
+            # recomputed under the lock request_stop/request_pause take: never loses one
+            self.flag = self._stop or self._pause
+
     def _deliver(self) -> None:
+        if self._probe:
+            self._answer_probe()
         if self._stop:
             raise TaskCancelled(self.reason or "stop requested")
         if self._pause and self.on_pause_reached():
@@ -121,9 +156,10 @@ class CancellationToken:
 
     async def acheckpoint(self) -> None:
         """The async form: a pause suspends the coroutine without blocking its loop."""
-        self.beats += 1
         if not self.flag:
             return
+        if self._probe:
+            self._answer_probe()
         if self._stop:
             raise TaskCancelled(self.reason or "stop requested")
         if self._pause and self.on_pause_reached():

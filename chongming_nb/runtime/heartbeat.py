@@ -1,9 +1,17 @@
-"""Heartbeats without a per-checkpoint clock read.
+"""Heartbeats without a per-checkpoint clock read or counter increment.
 
-A checkpoint only increments ``token.beats``. The supervisor samples the counter; a
-change since the last sample is a heartbeat at the sampling time. Idle detection is
-therefore accurate to the sampling interval, and checkpoints stay one increment and one
-attribute check.
+A sampler (the controller's dispatcher; the process child's mirror thread; the dask
+worker agent) reads ``token.beats`` and then arms a liveness probe on the token
+(``token.arm_probe()``). The next checkpoint takes its slow path once, answers the probe
+by incrementing ``beats``, and goes back to the one-attribute-check fast path. Progress
+reports increment ``beats`` too. A change of the counter since the previous sample is
+a heartbeat at the sampling time, so idle detection is accurate to the sampling
+interval, and a checkpoint costs one lock round trip per interval, not one increment
+per call.
+
+Invariant: after every sample (and from the creation of a ``Heartbeat``) a probe is
+armed, so a task that checkpoints at least once between two samples shows a changed
+counter at the second one.
 """
 
 from __future__ import annotations
@@ -18,11 +26,14 @@ class Heartbeat:
         self.token = token
         self.last_count = token.beats
         self.last_beat = now
+        token.arm_probe()
 
     def sample(self, now: float) -> bool:
         """True if the task showed a sign of life since the previous sample."""
-        count = self.token.beats
-        if count != self.last_count or self.token.paused:
+        token = self.token
+        count = token.beats
+        token.arm_probe()  # after the read: an answer from now on shows at the next sample
+        if count != self.last_count or token.paused:
             self.last_count = count
             self.last_beat = now
             return True

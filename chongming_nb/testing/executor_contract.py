@@ -12,7 +12,8 @@ controller relies on:
 * pause is a handshake (``pause_reached`` asked, the task blocks, ``resume`` wakes it and
   ``resumed`` is told) where ``supports_pause``, and a paused task reports no progress;
 * progress, print/logging lines and ``ctx.emit`` reach the reporter; liveness shows as a
-  growing ``handle.token.beats`` while the task only checkpoints (idle timeouts rely on it);
+  ``Heartbeat`` over ``handle.token`` seeing signs of life while the task only
+  checkpoints (the sampler arms probes, checkpoints answer them; idle timeouts rely on it);
 * the context is injected (right task id, name, attempt); ``ctx.upstream`` works;
 * an ``async def`` target runs to completion;
 * when the stop window runs out, ``on_stop_timeout`` answers honestly ("abandoned" and
@@ -39,6 +40,7 @@ from chongming_nb.runtime.executors.base import (
     Executor,
     Outcome,
 )
+from chongming_nb.runtime.heartbeat import Heartbeat
 
 # ------------------------------------------------------------------ the recorder
 
@@ -370,12 +372,20 @@ def check_progress_reaches_reporter(profile: ExecutorProfile) -> None:
 
 
 def check_liveness_while_checkpointing(profile: ExecutorProfile) -> None:
-    """A task that only checkpoints must look alive to the controller's heartbeat."""
+    """A task that only checkpoints must look alive to the controller's heartbeat: a
+    Heartbeat sampling ``handle.token`` (and so arming probes, as the controller's does)
+    sees signs of life again and again."""
     rep = RecordingReporter()
     _, handle = _launch(profile, make_request(spin_quietly), rep)
     assert rep.wait_for(lambda: bool(rep.started_calls), profile.timeout)
-    first = handle.token.beats
-    assert poll_until(lambda: handle.token.beats > first + 1, profile.timeout), "no heartbeat"
+    hb = Heartbeat(handle.token, time.monotonic())
+    lives: list[bool] = []
+
+    def three_signs_of_life() -> bool:
+        lives.append(hb.sample(time.monotonic()))
+        return lives.count(True) >= 3
+
+    assert poll_until(three_signs_of_life, profile.timeout), f"no heartbeat: {lives}"
     handle.request_stop("done")
     assert rep.outcome(profile.timeout).kind == "cancelled"
 

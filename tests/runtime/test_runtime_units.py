@@ -85,11 +85,11 @@ def make_ctx(token: CancellationToken | None = None, rep: Recorder | None = None
 # --------------------------------------------------------------------- token
 
 
-def test_checkpoint_fast_path_counts_beats() -> None:
+def test_checkpoint_fast_path_leaves_beats_alone() -> None:
     tok = CancellationToken()
     for _ in range(5):
         tok.checkpoint()
-    assert tok.beats == 5 and tok.flag is False
+    assert tok.beats == 0 and tok.flag is False  # beats answer probes only (test_probe.py)
 
 
 def test_stop_raises_at_the_next_checkpoint() -> None:
@@ -166,8 +166,9 @@ def test_acheckpoint() -> None:
         with pytest.raises(TaskCancelled):
             await tok.acheckpoint()
 
+    tok.arm_probe()
     asyncio.run(main())
-    assert tok.beats == 2
+    assert tok.beats == 1  # the probe, answered once by the first acheckpoint
 
 
 # ------------------------------------------------------------------- context
@@ -227,9 +228,14 @@ def test_artifacts_per_attempt(tmp_path: Any) -> None:
 def test_heartbeat_samples_the_beat_counter() -> None:
     tok = CancellationToken()
     hb = Heartbeat(tok, now=0.0)
+    assert tok.probe_pending  # a new heartbeat asks for a sign of life at once
     assert hb.sample(1.0) is False and hb.last_beat == 0.0
     tok.checkpoint()
+    tok.checkpoint()
     assert hb.sample(2.0) is True and hb.last_beat == 2.0
+    assert hb.sample(2.5) is False  # no checkpoint since: the re-armed probe is unanswered
+    tok.checkpoint()
+    assert hb.sample(2.7) is True and hb.last_beat == 2.7
     tok.paused = True  # a paused task is alive, not stuck
     assert hb.sample(3.0) is True
 

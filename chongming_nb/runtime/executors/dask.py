@@ -178,6 +178,7 @@ class _Agent:
                 s.beat_at = now
                 with self.lock:
                     s.pending.append(("beat", s.token.paused))
+            s.token.arm_probe()  # after the read: checkpoints answer probes (heartbeat.py)
         batch: list[tuple[str, tuple[Any, ...]]] = []
         with self.lock:
             for s in self.slots.values():

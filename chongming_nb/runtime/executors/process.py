@@ -451,6 +451,7 @@ def _child_main(
 
     def mirror() -> None:
         last_beats = token.beats
+        token.arm_probe()  # checkpoints count only when they answer a probe (heartbeat.py)
         while not done.is_set():
             wake_ev.wait(HEARTBEAT_INTERVAL)
             wake_ev.clear()
@@ -467,6 +468,7 @@ def _child_main(
                 token.resume()
             reporter.flush_progress()
             beats = token.beats
+            token.arm_probe()  # after the read: the next answer shows at the next sample
             if beats != last_beats or token.paused:
                 last_beats = beats
                 try:
