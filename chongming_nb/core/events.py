@@ -8,10 +8,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from chongming_nb.core._fast import fast_init
 from chongming_nb.core.models import AttemptRecord, Failure, Progress, TaskSnapshot
 from chongming_nb.core.states import TaskStatus
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Event:
     event_id: str
@@ -23,11 +25,13 @@ class Event:
         return type(self).__name__
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TaskCreated(Event):
     snapshot: TaskSnapshot
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TaskStatusChanged(Event):
     from_status: TaskStatus
@@ -38,12 +42,14 @@ class TaskStatusChanged(Event):
     version: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AttemptStarted(Event):
     attempt: int
     executor: str | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AttemptFailed(Event):
     attempt: int
@@ -51,16 +57,19 @@ class AttemptFailed(Event):
     record: AttemptRecord | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProgressUpdated(Event):
     progress: Progress
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TaskHeartbeat(Event):
     pass
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TaskOutput(Event):
     """Something a task chose to emit with ``ctx.emit(kind, payload)``."""
@@ -69,6 +78,7 @@ class TaskOutput(Event):
     payload: Any = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TaskLogLine(Event):
     """One line a task printed or logged (stream: stdout, stderr or log)."""
@@ -78,6 +88,7 @@ class TaskLogLine(Event):
     level: str | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TaskWarning(Event):
     """Something the user should know that is not a failure (e.g. a pause rolled back)."""
@@ -85,6 +96,7 @@ class TaskWarning(Event):
     message: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CompensationRan(Event):
     """A compensation callable ran for a succeeded node (ok) or raised (error)."""
@@ -93,6 +105,7 @@ class CompensationRan(Event):
     error: str | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PipelineRunStatusChanged(Event):
     run_id: str
@@ -101,6 +114,7 @@ class PipelineRunStatusChanged(Event):
     counts: Mapping[str, int] = field(default_factory=dict)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AdminOverride(Event):
     from_status: TaskStatus

@@ -7,15 +7,13 @@ count (``attempt``), progress, health (``last_heartbeat_at``) and result (``fail
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from itertools import repeat
-from operator import attrgetter
 from typing import Any
 
+from chongming_nb.core._fast import evolver, fast_init
 from chongming_nb.core.states import RequestedAction, TaskStatus
 
 
@@ -31,6 +29,7 @@ class FailureKind(StrEnum):
     CONDITION_FALSE = "condition_false"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Progress:
     """Latest progress report. ``total`` may be unknown."""
@@ -48,6 +47,7 @@ class Progress:
         return min(1.0, max(0.0, self.done / self.total))
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Failure:
     """Why an attempt did not succeed. ``traceback`` is the full user traceback."""
@@ -60,6 +60,7 @@ class Failure:
     exception_type: str | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TaskSnapshot:
     """Everything known about one task at one ``status_version``."""
@@ -116,30 +117,15 @@ class TaskSnapshot:
         return None if end is None else end - self.started_at
 
     def evolve(self, **changes: Any) -> TaskSnapshot:
-        """A copy with ``changes`` applied (like ``dataclasses.replace``, ~3x faster:
+        """A copy with ``changes`` applied (like ``dataclasses.replace``, ~7x faster:
         every transition makes one, so it is on the hot path of every task)."""
-        unknown = changes.keys() - _SNAPSHOT_SETTERS.keys()
-        if unknown:
-            raise TypeError(f"TaskSnapshot has no field(s) {', '.join(sorted(unknown))}")
-        new = object.__new__(TaskSnapshot)
-        # copy every slot in C (slot descriptors' __set__ bypasses the frozen
-        # __setattr__, like the dataclass __init__), then apply the changes
-        _drain(map(_slot_set, _SNAPSHOT_SLOTS, repeat(new), _snapshot_values(self)))
-        for name, value in changes.items():
-            _SNAPSHOT_SETTERS[name](new, value)
-        return new
+        return _evolve_snapshot(self, changes)
 
 
-_SNAPSHOT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(TaskSnapshot))
-_SNAPSHOT_SLOTS: tuple[Any, ...] = tuple(TaskSnapshot.__dict__[n] for n in _SNAPSHOT_FIELDS)
-_SNAPSHOT_SETTERS: dict[str, Any] = {
-    n: d.__set__ for n, d in zip(_SNAPSHOT_FIELDS, _SNAPSHOT_SLOTS, strict=True)
-}
-_snapshot_values = attrgetter(*_SNAPSHOT_FIELDS)
-_slot_set = type(_SNAPSHOT_SLOTS[0]).__set__
-_drain = deque[Any](maxlen=0).extend
+_evolve_snapshot = evolver(TaskSnapshot)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Transition:
     """One accepted status change, as written to the append-only history."""
@@ -155,6 +141,7 @@ class Transition:
     override: bool = False
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class AttemptRecord:
     """One execution attempt. Appended at start, completed at its end; never rewritten
@@ -184,6 +171,7 @@ class CommandState(StrEnum):
     REJECTED = "rejected"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Command:
     """A control verb addressed to a task, travelling through the store's leased queue.

@@ -31,7 +31,13 @@ from chongming_nb.core.errors import (
     InvalidTransition,
     TaskError,
 )
-from chongming_nb.core.models import Failure, FailureKind, TaskSnapshot, Transition
+from chongming_nb.core.models import (
+    Failure,
+    FailureKind,
+    TaskSnapshot,
+    Transition,
+    _evolve_snapshot,
+)
 from chongming_nb.core.states import (
     OCCUPIED,
     REVIVABLE,
@@ -104,6 +110,7 @@ class StateMachine:
         override: bool = False,
         revive: bool = False,
         changes: Mapping[str, Any] | None = None,
+        now: datetime | None = None,
     ) -> Result:
         # retry/reset (revive) and force_transition (override) are the only ways
         # around the table; everything else must be an edge of it.
@@ -111,13 +118,15 @@ class StateMachine:
             raise InvalidTransition(
                 s.status, to.value, [t.value for t in TRANSITIONS[s.status]], task_id=s.task_id
             )
-        now = self.clock.now()
+        if now is None:
+            now = self.clock.now()
         version = s.status_version + 1
+        requested = _REQUESTED.get(to)
         fields: dict[str, Any] = {
             "status": to,
             "status_version": version,
             "ended_at": now if to in TERMINAL else None,
-            "requested_action": _REQUESTED.get(to),
+            "requested_action": requested,
         }
         if to is not S.RETRY_WAIT:
             fields["retry_at"] = None
@@ -125,19 +134,9 @@ class StateMachine:
             fields.update(changes)  # explicit changes win (ended_at, retry_at)
             fields["status"] = to
             fields["status_version"] = version
-            fields["requested_action"] = _REQUESTED.get(to)
-        new = s.evolve(**fields)
-        tr = Transition(
-            task_id=s.task_id,
-            from_status=s.status,
-            to_status=to,
-            trigger=trigger,
-            actor=actor,
-            reason=reason,
-            at=now,
-            version=new.status_version,
-            override=override,
-        )
+            fields["requested_action"] = requested
+        new = _evolve_snapshot(s, fields)
+        tr = Transition(s.task_id, s.status, to, trigger, actor, reason, now, version, override)
         return new, tr
 
     @staticmethod
@@ -398,13 +397,15 @@ class StateMachine:
     ) -> Result:
         if s.status not in _QUEUE_FROM:
             raise self._reject(s, "mark_queued", _QUEUE_FROM)
+        now = self.clock.now()
         return self._apply(
             s,
             S.QUEUED,
             trigger=trigger,
             actor=actor,
             reason=reason,
-            changes={"queued_at": self.clock.now()},
+            changes={"queued_at": now},
+            now=now,
         )
 
     def mark_starting(self, s: TaskSnapshot, *, executor: str | None = None) -> Result:
@@ -428,6 +429,7 @@ class StateMachine:
                 "failure": None,
                 "progress": None,
             },
+            now=now,
         )
 
     def mark_running(self, s: TaskSnapshot, *, pid: int | None = None) -> Result:

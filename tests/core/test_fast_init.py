@@ -1,0 +1,149 @@
+"""core._fast: frozen slotted dataclasses built through a layout twin are ordinary,
+frozen instances of their class, with the dataclass's own signature."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import pickle
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from chongming_nb.core import events as ev
+from chongming_nb.core._fast import evolver, fast_init
+from chongming_nb.core.models import (
+    AttemptRecord,
+    Command,
+    Failure,
+    FailureKind,
+    Progress,
+    TaskSnapshot,
+    Transition,
+)
+from chongming_nb.core.states import TaskStatus
+
+
+@dataclass(frozen=True, slots=True)
+class Plain:
+    a: int
+    b: str = "x"
+    c: list[int] = field(default_factory=list)
+    d: int = field(default=3, kw_only=True)
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
+class Fast:
+    a: int
+    b: str = "x"
+    c: list[int] = field(default_factory=list)
+    d: int = field(default=3, kw_only=True)
+
+
+def test_signature_matches_the_generated_dataclass_init() -> None:
+    assert str(inspect.signature(Fast)) == str(inspect.signature(Plain))
+
+
+@given(st.integers(), st.text(), st.lists(st.integers()), st.integers())
+def test_values_and_behaviour_match_a_plain_dataclass(a: int, b: str, c: list[int], d: int) -> None:
+    fast, plain = Fast(a, b, c, d=d), Plain(a, b, c, d=d)
+    assert type(fast) is Fast
+    assert dataclasses.astuple(fast) == dataclasses.astuple(plain)
+    assert repr(fast).removeprefix("Fast") == repr(plain).removeprefix("Plain")
+    assert fast == Fast(a, b, c, d=d)
+    assert pickle.loads(pickle.dumps(fast)) == fast
+
+
+def test_instances_are_frozen_once_built() -> None:
+    f = Fast(1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        f.a = 2  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del f.b  # type: ignore[misc]
+
+
+def test_default_factory_gives_each_instance_its_own_value() -> None:
+    x, y = Fast(1), Fast(2)
+    assert x.c == [] and x.c is not y.c
+    assert Command("c", "t", "v").args is not Command("c", "t", "v").args
+
+
+def test_missing_and_unknown_arguments_raise_like_a_dataclass() -> None:
+    with pytest.raises(TypeError, match="a"):
+        Fast()  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="zzz"):
+        Fast(1, zzz=2)  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        Fast(1, "b", [], 4)  # type: ignore[misc]  # d is keyword-only
+
+
+def test_an_undecorated_subclass_uses_the_original_init() -> None:
+    class Sub(Fast):
+        __slots__ = ("extra",)
+
+    s = Sub(5)
+    assert type(s) is Sub and s.a == 5 and s.d == 3
+
+
+def test_a_class_without_slots_is_refused() -> None:
+    @dataclass(frozen=True)
+    class NoSlots:
+        a: int
+
+    with pytest.raises(TypeError, match="slots=True"):
+        fast_init(NoSlots)
+
+
+NOW = datetime(2026, 1, 2, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        TaskSnapshot("t1", "n", tags=frozenset({"a"}), created_at=NOW, deps=("x",)),
+        Transition("t1", TaskStatus.QUEUED, TaskStatus.STARTING, "tr", "me", None, NOW, 3),
+        AttemptRecord("t1", 1, NOW),
+        Failure(FailureKind.EXCEPTION, "m"),
+        Progress(1, 2, "items"),
+        Command("c1", "t1", "stop", {"reason": "x"}),
+        ev.TaskStatusChanged(
+            event_id="e",
+            at=NOW,
+            task_id="t1",
+            from_status=TaskStatus.QUEUED,
+            to_status=TaskStatus.STARTING,
+            trigger="t",
+            actor="a",
+            reason=None,
+            version=1,
+        ),
+        ev.PipelineRunStatusChanged(
+            event_id="e", at=NOW, run_id="r", from_status=None, to_status="x"
+        ),
+    ],
+    ids=lambda v: type(v).__name__,
+)
+def test_the_models_and_events_round_trip(value: Any) -> None:
+    fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    rebuilt = type(value)(**fields)
+    assert rebuilt == value and type(rebuilt) is type(value)
+    assert pickle.loads(pickle.dumps(value)) == value
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(value, dataclasses.fields(value)[0].name, "other")
+
+
+def test_evolve_matches_dataclasses_replace_and_names_unknown_fields() -> None:
+    s = TaskSnapshot("t1", "n", created_at=NOW)
+    changes: dict[str, Any] = {"status": TaskStatus.QUEUED, "status_version": 1, "queued_at": NOW}
+    assert s.evolve(**changes) == dataclasses.replace(s, **changes)
+    assert s.status is TaskStatus.PENDING  # the original is untouched
+    with pytest.raises(TypeError, match=r"no field.*bogus"):
+        s.evolve(bogus=1)
+    evolve = evolver(Fast)
+    f = evolve(Fast(1), {"b": "y"})
+    assert type(f) is Fast and (f.a, f.b) == (1, "y")
