@@ -116,3 +116,18 @@ class SlowToLoad:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_slow_value, (self.seconds,))
+
+
+def my_pid(ctx: TaskContext) -> int:
+    return os.getpid()
+
+
+_left_behind = __import__("threading").Event()
+
+
+def leaves_a_thread(ctx: TaskContext) -> int:
+    """Returns while a thread it started still runs (it never ends by itself)."""
+    import threading
+
+    threading.Thread(target=_left_behind.wait, daemon=True).start()
+    return os.getpid()

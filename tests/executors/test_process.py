@@ -164,7 +164,7 @@ def test_upstream_values_reach_the_child(ctl: cn.Controller) -> None:
     assert b.result(timeout=WAIT) == 37
 
 
-def test_exceptions_keep_their_type_and_retries_run_in_new_processes(
+def test_exceptions_keep_their_type_and_the_retry_runs(
     ctl: cn.Controller,
 ) -> None:
     h = ctl.submit(T.fail_first_attempt, retry=cn.RetryPolicy(max_attempts=2))

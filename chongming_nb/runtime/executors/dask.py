@@ -43,20 +43,20 @@ from typing import Any
 
 from chongming_nb.core.errors import ConfigurationError
 from chongming_nb.runtime.cancellation import CancellationToken
-from chongming_nb.runtime.executors.base import (
-    ExecutionRequest,
-    Outcome,
-    Reporter,
-    StopVerdict,
-    run_attempt,
-)
-from chongming_nb.runtime.executors.process import (
+from chongming_nb.runtime.executors._channel import (
     HEARTBEAT_INTERVAL,
     ChannelReporter,
     deliver,
     outcome_from_wire,
     outcome_to_wire,
     portable_upstream,
+)
+from chongming_nb.runtime.executors.base import (
+    ExecutionRequest,
+    Outcome,
+    Reporter,
+    StopVerdict,
+    run_attempt,
 )
 
 #: How often an agent polls the control Variable and flushes reports (seconds).
