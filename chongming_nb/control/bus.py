@@ -84,6 +84,12 @@ class EventBus:
 
         return unsubscribe
 
+    @property
+    def consumed(self) -> bool:
+        """Does anything consume what is put here (a store, a subscriber, a hook)?
+        Producers may skip building events nobody will see."""
+        return self._persist is not None or bool(self._subs) or bool(self.hooks)
+
     def put_many(self, items: list[Any]) -> None:
         """Queue items (events, or store writes tagged as tuples) in order."""
         if not items or (self._persist is None and not self._subs and not self.hooks):

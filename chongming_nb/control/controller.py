@@ -36,9 +36,9 @@ from chongming_nb.control.bus import EventBus, EventFilter
 from chongming_nb.control.spec import (
     TaskRegistry,
     TaskSpec,
+    _validate,
     check_arguments,
-    spec_of,
-    wants_context,
+    submit_facts,
 )
 from chongming_nb.core.clock import Clock
 from chongming_nb.core.errors import (
@@ -98,6 +98,21 @@ TICK_SECONDS = 0.05
 PROGRESS_EVENT_INTERVAL = 0.1
 #: Log lines kept in memory per task (older ones stay in the store, if any).
 LOG_RING = 2000
+
+#: ``submit(after=)``'s default: no dependencies (compared by identity on the hot path).
+_NO_DEPS: tuple[Any, ...] = ()
+
+_HANDLE: Any = None
+
+
+def _handle_class() -> Any:
+    """TaskHandle, imported once (handle.py imports this module)."""
+    global _HANDLE
+    if _HANDLE is None:
+        from chongming_nb.control.handle import TaskHandle
+
+        _HANDLE = TaskHandle
+    return _HANDLE
 
 
 @dataclass(eq=False, slots=True)
@@ -239,6 +254,7 @@ class Controller:
         # one condition for every wait(): a threading.Event per task would cost ~600
         # bytes per finished task (Condition + locks + deque) for nothing
         self._terminal = threading.Condition(self._lock)
+        self._waiters = 0  # threads in wait(): no notify_all per finished task without one
         self._pumping = threading.local()
         self._tasks: dict[str, _Task] = {}
         self._by_key: dict[str, str] = {}
@@ -325,21 +341,25 @@ class Controller:
         new, tr = result
         t.snap = new
         t.history.append(tr)
-        ev = TaskStatusChanged(
-            event_id=self._new_event_id(),
-            at=tr.at,
-            task_id=tr.task_id,
-            from_status=tr.from_status,
-            to_status=tr.to_status,
-            trigger=tr.trigger,
-            actor=tr.actor,
-            reason=tr.reason,
-            version=tr.version,
-        )
         if self._store is not None:
             self._outbox.append(("save", new, prev_version, tr))
-        self._outbox.append(ev)
-        if new.status in TERMINAL:
+        # the event has a consumer only when there is a store, a subscriber or a hook
+        # (``ctl.events()`` rebuilds status events from the history)
+        if self._bus.consumed:
+            self._outbox.append(
+                TaskStatusChanged(
+                    event_id=self._new_event_id(),
+                    at=tr.at,
+                    task_id=tr.task_id,
+                    from_status=tr.from_status,
+                    to_status=tr.to_status,
+                    trigger=tr.trigger,
+                    actor=tr.actor,
+                    reason=tr.reason,
+                    version=tr.version,
+                )
+            )
+        if self._waiters and new.status in TERMINAL:
             self._terminal.notify_all()
 
     def _apply(
@@ -379,7 +399,7 @@ class Controller:
         self,
         fn: Callable[..., Any],
         *args: Any,
-        after: Iterable[Any] | Any = (),
+        after: Iterable[Any] | Any = _NO_DEPS,
         name: str | None = None,
         tags: Iterable[str] | None = None,
         priority: int | None = None,
@@ -416,7 +436,7 @@ class Controller:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         *,
-        after: Iterable[Any] | Any = (),
+        after: Iterable[Any] | Any = _NO_DEPS,
         name: str | None = None,
         tags: Iterable[str] | None = None,
         priority: int | None = None,
@@ -432,25 +452,32 @@ class Controller:
         compensate: Callable[..., Any] | None = None,
         upstream_names: Mapping[str, str] | None = None,
     ) -> Any:
-        from chongming_nb.control.handle import TaskHandle
-        from chongming_nb.control.spec import _validate
-
+        TaskHandle = _handle_class()
         if not callable(fn):
             raise ConfigurationError(f"submit() needs a callable, got {fn!r}")
         if self._closed:
             raise ConfigurationError("this controller is closed")
-        spec = spec_of(fn).merged(
-            **_validate(name, retry, timeout, tags, priority, compensate), executor=executor
-        )
+        spec, inject = submit_facts(fn)
+        if (
+            name is not None
+            or retry is not None
+            or timeout is not None
+            or tags is not None
+            or priority is not None
+            or compensate is not None
+            or executor is not None
+        ):
+            spec = spec.merged(
+                **_validate(name, retry, timeout, tags, priority, compensate), executor=executor
+            )
         if idempotency_key is not None and not isinstance(idempotency_key, str):
             raise ConfigurationError(f"idempotency_key must be a string, got {idempotency_key!r}")
         if bucket_key is not None and not isinstance(bucket_key, str):
             raise ConfigurationError(f"bucket_key must be a string, got {bucket_key!r}")
-        inject = wants_context(fn)
         check_arguments(fn, args, kwargs, inject)
-        if after is None:
-            after = ()
-        if isinstance(after, str) or not isinstance(after, Iterable):
+        if after is None or after is _NO_DEPS:
+            after = _NO_DEPS
+        elif isinstance(after, str) or not isinstance(after, Iterable):
             after = (after,)
         exec_name, ex = self._executor_for(spec.executor)
         validate = getattr(ex, "validate", None)
@@ -516,9 +543,12 @@ class Controller:
                 call = _recorded_call(task_id, now, args, kwargs)
                 if call is not None:
                     self._outbox.append(call)
-            self._outbox.append(
-                TaskCreated(event_id=self._new_event_id(), at=now, task_id=task_id, snapshot=snap)
-            )
+            if self._bus.consumed:
+                self._outbox.append(
+                    TaskCreated(
+                        event_id=self._new_event_id(), at=now, task_id=task_id, snapshot=snap
+                    )
+                )
             if deps:
                 self._apply(t, self._sm.mark_blocked, reason="waiting for " + ", ".join(deps))
                 self._settle([task_id])
@@ -752,17 +782,16 @@ class Controller:
                 task_id=t.snap.task_id, attempt=attempt, started_at=started_at, executor=exec_name
             )
         )
-        self._event(
-            t,
-            AttemptStarted(
-                event_id=self._new_event_id(),
-                at=started_at,
-                task_id=t.snap.task_id,
-                attempt=attempt,
-                executor=exec_name,
-            ),
-            keep=False,
-        )
+        if self._bus.consumed:
+            self._outbox.append(
+                AttemptStarted(
+                    event_id=self._new_event_id(),
+                    at=started_at,
+                    task_id=t.snap.task_id,
+                    attempt=attempt,
+                    executor=exec_name,
+                )
+            )
         if self._store is not None:
             self._outbox.append(("attempt", t.attempts[-1]))
         deadline = None
@@ -1541,7 +1570,13 @@ class Controller:
         """Block until the task is terminal. TimeoutError after ``timeout``; no side effects."""
         t = self._task(task_id)
         with self._lock:
-            done = self._terminal.wait_for(lambda: t.snap.status in TERMINAL, timeout)
+            done = t.snap.status in TERMINAL
+            if not done:
+                self._waiters += 1
+                try:
+                    done = self._terminal.wait_for(lambda: t.snap.status in TERMINAL, timeout)
+                finally:
+                    self._waiters -= 1
         if not done:
             raise TimeoutError(
                 f"task {t.snap.task_id} ({t.snap.name}) still {t.snap.status} after {timeout}s"

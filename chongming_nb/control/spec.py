@@ -251,6 +251,22 @@ def _plain_arity(fn: Callable[..., Any], sig: inspect.Signature) -> int:
     return int(arity)
 
 
+def submit_facts(fn: Callable[..., Any]) -> tuple[TaskSpec, bool]:
+    """``(spec_of(fn), wants_context(fn))`` with one cache lookup (submit's hot path)."""
+    spec = getattr(fn, SPEC_ATTR, None)
+    try:
+        facts = _FACTS.get(fn)
+    except TypeError:  # unhashable or not weak-referenceable
+        facts = None
+    if facts is not None:
+        if not isinstance(spec, TaskSpec):
+            spec = facts.get("spec")
+        inject = facts.get("ctx")
+        if isinstance(spec, TaskSpec) and inject is not None:
+            return spec, bool(inject)
+    return spec_of(fn), wants_context(fn)
+
+
 class TaskRegistry:
     """Task definitions by name. Only registered names can be started from outside the
     kernel (e.g. requeued by ``reconcile``); the control plane never receives code."""
@@ -261,6 +277,8 @@ class TaskRegistry:
 
     def register(self, fn: Callable[..., Any], name: str | None = None) -> str:
         key = name or spec_of(fn).name
+        if self._by_name.get(key) is fn:
+            return key  # already there (a dict read is atomic): no lock per submit
         with self._lock:
             self._by_name[key] = fn
         return key
