@@ -63,8 +63,11 @@ class EventBus:
         self._persist = persist
         self._closed = False
         self.subscriber_failures = 0
-        self.hooks: list[Any] = []
+        self._hooks: tuple[Any, ...] = ()
         self.hook_failures = 0
+        #: Does anything consume what is put here (a store, a subscriber, a hook)?
+        #: Producers may skip building events nobody will see.
+        self.consumed = persist is not None
         self._thread = threading.Thread(target=self._run, name="chongming-recorder", daemon=True)
         self._thread.start()
 
@@ -76,25 +79,33 @@ class EventBus:
             key = self._next
             self._next += 1
             self._subs = {**self._subs, key: (callback, compiled)}  # copy-on-write
+            self._recount()
 
         def unsubscribe() -> None:
             with self._lock:
                 if key in self._subs:
                     self._subs = {k: v for k, v in self._subs.items() if k != key}
+                    self._recount()
 
         return unsubscribe
 
+    def _recount(self) -> None:
+        # under self._lock
+        self.consumed = self._persist is not None or bool(self._subs) or bool(self._hooks)
+
     @property
-    def consumed(self) -> bool:
-        """Does anything consume what is put here (a store, a subscriber, a hook)?
-        Producers may skip building events nobody will see."""
-        return self._persist is not None or bool(self._subs) or bool(self.hooks)
+    def hooks(self) -> tuple[Any, ...]:
+        return self._hooks
+
+    def add_hook(self, hook: Any) -> None:
+        with self._lock:
+            self._hooks = (*self._hooks, hook)
+            self._recount()
 
     def put_many(self, items: list[Any]) -> None:
         """Queue items (events, or store writes tagged as tuples) in order."""
-        if not items or (self._persist is None and not self._subs and not self.hooks):
-            return
-        self._queue.put(items)
+        if items and self.consumed:
+            self._queue.put(items)
 
     def flush(self, timeout: float | None = 10.0) -> bool:
         """Block until everything queued so far has been recorded and published."""
@@ -142,7 +153,7 @@ class EventBus:
             except Exception:  # persistence failures are counted by the persister
                 log.exception("persisting a batch of %d records failed", len(batch))
         subs = list(self._subs.values())
-        hooks = list(self.hooks)
+        hooks = self._hooks
         if not subs and not hooks:
             return  # nobody listens: nothing to publish
         for item in batch:

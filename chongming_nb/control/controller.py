@@ -777,11 +777,7 @@ class Controller:
         t.started_mono = None
         started_at = t.snap.started_at
         assert started_at is not None
-        t.attempts.append(
-            AttemptRecord(
-                task_id=t.snap.task_id, attempt=attempt, started_at=started_at, executor=exec_name
-            )
-        )
+        t.attempts.append(AttemptRecord(t.snap.task_id, attempt, started_at, executor=exec_name))
         if self._bus.consumed:
             self._outbox.append(
                 AttemptStarted(
@@ -798,18 +794,19 @@ class Controller:
         if t.spec.timeout.per_attempt is not None:
             deadline = started_at + timedelta(seconds=t.spec.timeout.per_attempt)
         self._arm_timeouts(t)
-        req = ExecutionRequest(
-            task_id=t.snap.task_id,
-            name=t.snap.name,
-            attempt=attempt,
-            target=t.fn,  # type: ignore[arg-type]
-            args=t.args,
-            kwargs=t.kwargs,
-            inject_context=t.inject,
-            pipeline_run_id=t.snap.pipeline_run_id,
-            deadline=deadline,
-            artifacts_root=self.artifacts_root,
-            upstream=self._upstream_payload(t),
+        snap = t.snap
+        req = ExecutionRequest(  # positional (in field order): once per attempt
+            snap.task_id,
+            snap.name,
+            attempt,
+            t.fn,  # type: ignore[arg-type]
+            t.args,
+            t.kwargs,
+            t.inject,
+            snap.pipeline_run_id,
+            deadline,
+            self.artifacts_root,
+            self._upstream_payload(t) if t.deps else None,
         )
         return t, ex, req, _Reporter(self, t, attempt)
 
@@ -825,6 +822,9 @@ class Controller:
         return ups
 
     def _arm_timeouts(self, t: _Task) -> None:
+        tmo = t.spec.timeout
+        if tmo.start is None and tmo.per_attempt is None and tmo.idle is None:
+            return  # no limits: nothing to arm (most tasks)
         hb = t.hb
         d = timeouts.next_deadline(
             t.spec.timeout,
@@ -1836,7 +1836,7 @@ class Controller:
             raise ConfigurationError(
                 "a hook needs at least one of on_start, on_success, on_failure, on_retry, on_cancel"
             )
-        self._bus.hooks.append(hook)
+        self._bus.add_hook(hook)
 
     @property
     def subscriber_failures(self) -> int:

@@ -153,21 +153,21 @@ def run_attempt(request: ExecutionRequest, token: CancellationToken, reporter: R
     """
     token.on_pause_reached = reporter.pause_reached
     token.on_resumed = reporter.resumed
-    ctx = TaskContext(
-        task_id=request.task_id,
-        name=request.name,
-        attempt=request.attempt,
-        token=token,
-        reporter=reporter,
-        pipeline_run_id=request.pipeline_run_id,
-        deadline=request.deadline,
-        artifacts_root=request.artifacts_root,
-    )
     reporter.started()
     try:
         with capture(reporter.log):
             token.checkpoint()  # a stop that arrived while starting lands here
             if request.inject_context:
+                ctx = TaskContext(
+                    task_id=request.task_id,
+                    name=request.name,
+                    attempt=request.attempt,
+                    token=token,
+                    reporter=reporter,
+                    pipeline_run_id=request.pipeline_run_id,
+                    deadline=request.deadline,
+                    artifacts_root=request.artifacts_root,
+                )
                 value = request.target(ctx, *request.args, **request.kwargs)
             else:
                 value = request.target(*request.args, **request.kwargs)
