@@ -404,6 +404,7 @@ class DaskExecutor:
         self._queue: Any = None
         self._variable: Any = None
         self._seq = itertools.count(1)
+        self._next_reports = 0.0
 
     # ------------------------------------------------------------------ setup
 
@@ -514,7 +515,15 @@ class DaskExecutor:
             active = bool(self._handles)
         if control is not None:
             self._variable.set(control)
-        if active:
+        with self._lock:  # one snapshot: fetched, then settled (a later end waits a round)
+            done = [h for h in self._handles.values() if h.done_at is not None]
+        self._fetch_results(done)
+        now = time.monotonic()
+        # the report queue is read once per interval while attempts run, and at once
+        # when a finished attempt still owes reports; a result alone needs no read
+        owed = any(h.result is not None and h.received < h.result["sent"] for h in done)
+        if active and (now >= self._next_reports or owed):
+            self._next_reports = now + self.poll_interval
             batch = self._queue.get(batch=True)
             for items in batch:
                 for key, msg in items:
@@ -522,7 +531,15 @@ class DaskExecutor:
                     if h is not None and not h.killed:
                         self._deliver(h, msg)
                         h.received += 1
-        self._settle_done()
+        self._settle_done(done)
+
+    def _fetch_results(self, done: list[DaskHandle]) -> None:
+        """Bring back the results of the attempts whose futures finished (one gather)."""
+        fetch = [h for h in done if h.result is None and h.future.status == "finished"]
+        if fetch:
+            results = self.client.gather([h.future for h in fetch], errors="skip")
+            for h, r in zip(fetch, results, strict=False):
+                h.result = r
 
     def _deliver(self, h: DaskHandle, msg: tuple[Any, ...]) -> None:
         kind = msg[0]
@@ -540,16 +557,9 @@ class DaskExecutor:
         with contextlib.suppress(Exception):  # the controller's problem must not stop us
             deliver(("started", None) if kind == "started" else msg, h._reporter, h.token)
 
-    def _settle_done(self) -> None:
-        with self._lock:
-            done = [h for h in self._handles.values() if h.done_at is not None]
+    def _settle_done(self, done: list[DaskHandle]) -> None:
         if not done:
             return
-        fetch = [h for h in done if h.result is None and h.future.status == "finished"]
-        if fetch:
-            results = self.client.gather([h.future for h in fetch], errors="skip")
-            for h, r in zip(fetch, results, strict=False):
-                h.result = r
         now = time.monotonic()
         for h in done:
             if h.killed:
