@@ -12,7 +12,7 @@ from typing import Any
 SIZES: dict[str, dict[str, dict[str, Any]]] = {
     "tiny": {
         "overhead": {"items": 20_000, "calls": 20_000, "repeats": 3},
-        "throughput": {"tasks": 300, "workers": 4},
+        "throughput": {"tasks": 300, "workers": 4, "repeats": 1},
         "latency": {"trials": 3, "interval": 0.002, "item_seconds": 0.0001},
         "memory": {"tasks": 500},
         "frames": {"attempts": 2_000, "attempts_per_task": 5, "repeats": 2},
@@ -23,7 +23,7 @@ SIZES: dict[str, dict[str, dict[str, Any]]] = {
     },
     "full": {
         "overhead": {"items": 2_000_000, "calls": 2_000_000, "repeats": 5},
-        "throughput": {"tasks": 10_000, "workers": 4},
+        "throughput": {"tasks": 10_000, "workers": 4, "repeats": 3},
         "latency": {"trials": 21, "interval": 0.002, "item_seconds": 0.0001},
         "memory": {"tasks": 100_000},
         "frames": {"attempts": 100_000, "attempts_per_task": 5, "repeats": 3},

@@ -451,14 +451,20 @@ class Controller:
         node: str | None = None,
         compensate: Callable[..., Any] | None = None,
         upstream_names: Mapping[str, str] | None = None,
+        prepared: tuple[TaskSpec, bool] | None = None,
     ) -> Any:
+        """``prepared``: ``(final spec, inject)`` from a caller that has already validated
+        the spec and bound the arguments (pipelines do it once per node at ``add``)."""
         TaskHandle = _handle_class()
         if not callable(fn):
             raise ConfigurationError(f"submit() needs a callable, got {fn!r}")
         if self._closed:
             raise ConfigurationError("this controller is closed")
-        spec, inject = submit_facts(fn)
-        if (
+        if prepared is not None:
+            spec, inject = prepared
+        else:
+            spec, inject = submit_facts(fn)
+        if prepared is None and (
             name is not None
             or retry is not None
             or timeout is not None
@@ -474,7 +480,8 @@ class Controller:
             raise ConfigurationError(f"idempotency_key must be a string, got {idempotency_key!r}")
         if bucket_key is not None and not isinstance(bucket_key, str):
             raise ConfigurationError(f"bucket_key must be a string, got {bucket_key!r}")
-        check_arguments(fn, args, kwargs, inject)
+        if prepared is None:
+            check_arguments(fn, args, kwargs, inject)
         if after is None or after is _NO_DEPS:
             after = _NO_DEPS
         elif isinstance(after, str) or not isinstance(after, Iterable):

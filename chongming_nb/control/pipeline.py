@@ -40,7 +40,7 @@ import time
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -1014,22 +1014,25 @@ class PipelineRun:
         spec = node.spec
         if isinstance(call, _NodeCall):
             call.__chongming_task__ = spec
+        # validated when the node was added (spec values, and its arguments bound against
+        # the function): the task's final spec is built here once, without re-checking
+        final = replace(
+            spec,
+            name=task_name,
+            tags=tags if tags is not None else spec.tags,
+            retry=retry or spec.retry,
+        )
         h = self.ctl._submit(
             call,
             args,
             kwargs,
             after=after,
-            name=task_name,
-            tags=tags if tags is not None else spec.tags,
-            priority=spec.priority,
-            retry=retry or spec.retry,
-            timeout=spec.timeout,
-            executor=spec.executor,
             pipeline_run_id=self.id,
             join=join or node.join,
             when=when,
             node=task_name,
             upstream_names=names,
+            prepared=(final, isinstance(call, _NodeCall)),  # _Restored takes no ctx
         )
         tid: str = h.id
         self._tasks[tid] = _TaskInfo(node.name, role, tuple(after), index)
