@@ -117,6 +117,29 @@ def test_heartbeat_sees_a_checkpoint_between_two_samples() -> None:
     assert hb.sample(6.0) is False and hb.last_beat == 5.0
 
 
+def test_track_and_progress_show_life_to_a_heartbeat() -> None:
+    from chongming_nb.runtime.context import TaskContext
+
+    class _Quiet:
+        def progress(self, *args: Any) -> None:
+            pass
+
+    tok = CancellationToken()
+    ctx = TaskContext(task_id="t", name="n", attempt=1, token=tok, reporter=_Quiet())  # type: ignore[arg-type]
+    hb = Heartbeat(tok, now=0.0)
+    samples = []
+    for i in ctx.track(range(10_000)):
+        if i in (0, 5_000):
+            samples.append(hb.sample(float(i)))
+    # a checkpoint before the first batch answered the heartbeat's first probe, and the
+    # one after the last batch answered the probe armed mid-loop (batch sizes adapt to
+    # timing, so which batch boundary answers it in between is not fixed)
+    assert samples[0] is True and hb.sample(20_000.0) is True
+    assert hb.sample(20_001.0) is False
+    ctx.progress(done=1)  # a progress report is a sign of life of its own
+    assert hb.sample(20_002.0) is True
+
+
 # -------------------------------------------------- a stop racing with an answer
 
 
