@@ -40,7 +40,7 @@ import time
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -1016,8 +1016,7 @@ class PipelineRun:
             call.__chongming_task__ = spec
         # validated when the node was added (spec values, and its arguments bound against
         # the function): the task's final spec is built here once, without re-checking
-        final = replace(
-            spec,
+        final = spec.evolve(
             name=task_name,
             tags=tags if tags is not None else spec.tags,
             retry=retry or spec.retry,

@@ -12,9 +12,10 @@ import inspect
 import threading
 import weakref
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
+from chongming_nb.core._fast import evolver
 from chongming_nb.core.errors import ConfigurationError
 from chongming_nb.core.policies import RetryPolicy, Timeout
 
@@ -35,7 +36,15 @@ class TaskSpec:
 
     def merged(self, **overrides: Any) -> TaskSpec:
         changes = {k: v for k, v in overrides.items() if v is not None}
-        return replace(self, **changes) if changes else self
+        return _evolve_spec(self, changes) if changes else self
+
+    def evolve(self, **changes: Any) -> TaskSpec:
+        """A copy with ``changes`` (like ``dataclasses.replace``, without its per-call
+        field inspection: pipelines make one per node)."""
+        return _evolve_spec(self, changes)
+
+
+_evolve_spec = evolver(TaskSpec)
 
 
 def _validate(

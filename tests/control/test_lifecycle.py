@@ -331,11 +331,17 @@ def test_checkpoints_keep_an_idle_timeout_away(rig: Rig, clock) -> None:  # type
     g = rig.gate()
     h = ctl.submit(g.cooperative, "alive", timeout=Timeout(idle=10))
     wait_status(ctl, h, S.RUNNING)
-    handle = ctl._task(h.id).handle
+    t = ctl._task(h.id)
+    handle = t.handle
     assert handle is not None
+    wait_until(ctl, lambda: t.hb is not None, what="heartbeat attached")
+    # The dispatcher samples heartbeats when the fake clock moves, and each sample arms a
+    # liveness probe that the task's next checkpoint answers. So each step waits for the
+    # sample at the current time to have seen life, then for the new probe's answer.
     for _ in range(5):  # 40 fake seconds in steps smaller than the idle limit
-        beats = handle.token.beats
-        wait_until(ctl, lambda b=beats: handle.token.beats > b + 2, what="checkpoints")
+        now = clock.monotonic()
+        wait_until(ctl, lambda n=now: t.hb.last_beat == n, what="a sign of life sampled")
+        wait_until(ctl, lambda: not handle.token.probe_pending, what="probe answered")
         clock.advance(8)
     g.release()
     assert h.result(timeout=5) == "alive"
