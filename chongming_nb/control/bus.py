@@ -75,8 +75,10 @@ class EventBus:
         self._hooks: tuple[Any, ...] = ()
         self.hook_failures = 0
         #: Does anything consume what is put here (a store, a subscriber, a hook)?
-        #: Producers may skip building events nobody will see.
         self.consumed = persist is not None
+        #: Does anything listen to events (a subscriber, a hook)? Producers may skip
+        #: building events that only listeners see (the store keeps its own records).
+        self.listened = False
         self._thread = threading.Thread(target=self._run, name="chongming-recorder", daemon=True)
         self._thread.start()
 
@@ -100,7 +102,8 @@ class EventBus:
 
     def _recount(self) -> None:
         # under self._lock
-        self.consumed = self._persist is not None or bool(self._subs) or bool(self._hooks)
+        self.listened = bool(self._subs) or bool(self._hooks)
+        self.consumed = self._persist is not None or self.listened
 
     @property
     def hooks(self) -> tuple[Any, ...]:

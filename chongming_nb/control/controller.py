@@ -343,9 +343,9 @@ class Controller:
         t.history.append(tr)
         if self._store is not None:
             self._outbox.append(("save", new, prev_version, tr))
-        # the event has a consumer only when there is a store, a subscriber or a hook
-        # (``ctl.events()`` rebuilds status events from the history)
-        if self._bus.consumed:
+        # the event is seen only by subscribers and hooks (the store keeps transitions,
+        # and ``ctl.events()`` rebuilds status events from the history)
+        if self._bus.listened:
             self._outbox.append(
                 TaskStatusChanged(
                     event_id=self._new_event_id(),
@@ -550,7 +550,7 @@ class Controller:
                 call = _recorded_call(task_id, now, args, kwargs)
                 if call is not None:
                     self._outbox.append(call)
-            if self._bus.consumed:
+            if self._bus.listened:
                 self._outbox.append(
                     TaskCreated(
                         event_id=self._new_event_id(), at=now, task_id=task_id, snapshot=snap
@@ -785,7 +785,7 @@ class Controller:
         started_at = t.snap.started_at
         assert started_at is not None
         t.attempts.append(AttemptRecord(t.snap.task_id, attempt, started_at, executor=exec_name))
-        if self._bus.consumed:
+        if self._bus.listened:
             self._outbox.append(
                 AttemptStarted(
                     event_id=self._new_event_id(),
