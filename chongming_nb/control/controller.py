@@ -1828,9 +1828,10 @@ class Controller:
     def watch(
         self, callback: Callable[[Event], None], filter: EventFilter = None
     ) -> Callable[[], None]:
-        """Call ``callback(event)`` for every event (from the recorder thread, after the
-        event is recorded). Returns an unsubscribe function. A failing callback is
-        counted in ``subscriber_failures`` and never affects a task."""
+        """Call ``callback(event)`` for every event from now on (from the recorder
+        thread, after the event is recorded; earlier history is in ``events(id)``).
+        Returns an unsubscribe function. A failing callback is counted in
+        ``subscriber_failures`` and never affects a task."""
         return self._bus.subscribe(callback, filter)
 
     def add_hook(self, hook: Any) -> None:
