@@ -42,6 +42,22 @@ def _compile_filter(flt: EventFilter) -> Callable[[Event], bool] | None:
     return lambda ev: isinstance(ev, types)
 
 
+class RunNote:
+    """A status change of a task that belongs to an observed pipeline run: what a run
+    needs to follow its tasks, without building a full event (see ``observe_run``)."""
+
+    __slots__ = ("run_id", "status", "task_id", "version")
+
+    def __init__(self, run_id: str, task_id: str, version: int, status: Any) -> None:
+        self.run_id = run_id
+        self.task_id = task_id
+        self.version = version
+        self.status = status
+
+
+RunObserver = Callable[[str, int, Any], None]
+
+
 class _Flush:
     """A marker queued behind everything put so far: set when the recorder reaches it."""
 
@@ -72,6 +88,8 @@ class EventBus:
         self._persist = persist
         self._closed = False
         self.subscriber_failures = 0
+        #: run id -> observer of its tasks' status changes (RunNote items)
+        self.runs: dict[str, RunObserver] = {}
         self._hooks: tuple[Any, ...] = ()
         self.hook_failures = 0
         #: Does anything consume what is put here (a store, a subscriber, a hook)?
@@ -100,10 +118,26 @@ class EventBus:
 
         return unsubscribe
 
+    def observe_run(self, run_id: str, observer: RunObserver) -> Callable[[], None]:
+        """Call ``observer(task_id, version, status)`` (recorder thread, after the batch
+        is recorded) for every status change of a task of pipeline run ``run_id``.
+        The producer queues a RunNote for it; returns an unsubscribe function."""
+        with self._lock:
+            self.runs = {**self.runs, run_id: observer}  # copy-on-write
+            self._recount()
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if self.runs.get(run_id) is observer:
+                    self.runs = {k: v for k, v in self.runs.items() if k != run_id}
+                    self._recount()
+
+        return unsubscribe
+
     def _recount(self) -> None:
         # under self._lock
         self.listened = bool(self._subs) or bool(self._hooks)
-        self.consumed = self._persist is not None or self.listened
+        self.consumed = self._persist is not None or self.listened or bool(self.runs)
 
     @property
     def hooks(self) -> tuple[Any, ...]:
@@ -168,9 +202,19 @@ class EventBus:
                 log.exception("persisting a batch of %d records failed", len(batch))
         subs = list(self._subs.values())
         hooks = self._hooks
-        if not subs and not hooks:
+        runs = self.runs
+        if not subs and not hooks and not runs:
             return  # nobody listens: nothing to publish
         for item in batch:
+            if item.__class__ is RunNote:
+                observer = runs.get(item.run_id)
+                if observer is not None:
+                    try:
+                        observer(item.task_id, item.version, item.status)
+                    except Exception:
+                        self.subscriber_failures += 1
+                        log.exception("run observer of %s failed", item.run_id)
+                continue
             if not isinstance(item, Event):
                 continue
             for cb, flt in subs:

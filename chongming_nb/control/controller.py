@@ -32,7 +32,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from chongming_nb.control.bus import EventBus, EventFilter
+from chongming_nb.control.bus import EventBus, EventFilter, RunNote, RunObserver
 from chongming_nb.control.spec import (
     TaskRegistry,
     TaskSpec,
@@ -98,6 +98,9 @@ TICK_SECONDS = 0.05
 PROGRESS_EVENT_INTERVAL = 0.1
 #: Log lines kept in memory per task (older ones stay in the store, if any).
 LOG_RING = 2000
+
+#: Terminal states other than success: an upstream in one fails an all_succeeded join.
+_UNSUCCESSFUL = TERMINAL - {TaskStatus.SUCCEEDED}
 
 #: ``submit(after=)``'s default: no dependencies (compared by identity on the hot path).
 _NO_DEPS: tuple[Any, ...] = ()
@@ -359,6 +362,9 @@ class Controller:
                     version=tr.version,
                 )
             )
+        run = new.pipeline_run_id
+        if run is not None and run in self._bus.runs:
+            self._outbox.append(RunNote(run, tr.task_id, tr.version, tr.to_status))
         if self._waiters and new.status in TERMINAL:
             self._terminal.notify_all()
 
@@ -574,11 +580,15 @@ class Controller:
             t = self._tasks[work.popleft()]
             if t.snap.status is not S.BLOCKED:
                 continue
-            ups = [self._tasks[d].snap.status for d in t.deps]
-            done = [s for s in ups if s in TERMINAL]
-            ok = [s for s in ups if s is S.SUCCEEDED]
+            tasks = self._tasks
+            ups = [tasks[d].snap.status for d in t.deps]
             if t.join is JoinMode.ALL_SUCCEEDED:
-                bad = [d for d in t.deps if self._tasks[d].snap.status in TERMINAL - {S.SUCCEEDED}]
+                if all(s is S.SUCCEEDED for s in ups):
+                    self._release(t)  # the common case: every upstream succeeded
+                    if t.snap.status in TERMINAL:
+                        work.extend(t.dependants)
+                    continue
+                bad = [d for d, s in zip(t.deps, ups, strict=True) if s in _UNSUCCESSFUL]
                 if bad:
                     names = ", ".join(
                         f"{self._tasks[d].snap.name} ({self._tasks[d].snap.status})" for d in bad
@@ -591,12 +601,12 @@ class Controller:
                     )
                     work.extend(t.dependants)
                     continue
-                ready = len(ok) == len(ups)
+                ready = False  # some upstream is still open
             elif t.join is JoinMode.ALL_DONE:
-                ready = len(done) == len(ups)
+                ready = all(s in TERMINAL for s in ups)
             else:  # ANY_SUCCEEDED
-                ready = bool(ok)
-                if not ready and len(done) == len(ups):
+                ready = any(s is S.SUCCEEDED for s in ups)
+                if not ready and all(s in TERMINAL for s in ups):
                     self._apply(
                         t,
                         self._sm.cancel,
@@ -1833,6 +1843,12 @@ class Controller:
         Returns an unsubscribe function. A failing callback is counted in
         ``subscriber_failures`` and never affects a task."""
         return self._bus.subscribe(callback, filter)
+
+    def _observe_run(self, run_id: str, observer: RunObserver) -> Callable[[], None]:
+        """For pipeline runs: ``observer(task_id, version, status)`` on every status
+        change of the run's tasks, from the recorder thread (cheaper than ``watch``:
+        no event is built for it)."""
+        return self._bus.observe_run(run_id, observer)
 
     def add_hook(self, hook: Any) -> None:
         """Lifecycle plugin: an object with any of on_start, on_success, on_failure,

@@ -54,9 +54,7 @@ from chongming_nb.core.errors import (
 )
 from chongming_nb.core.events import (
     CompensationRan,
-    Event,
     PipelineRunStatusChanged,
-    TaskStatusChanged,
     TaskWarning,
 )
 from chongming_nb.core.graph import Graph
@@ -882,7 +880,7 @@ class PipelineRun:
                     )
                     log.warning("%s", warnings[name])
         _RUNS[self.id] = self
-        self._unsub = ctl.watch(self._on_event, (TaskStatusChanged,))
+        self._unsub = ctl._observe_run(self.id, self._on_status)
         ctl.hold_run(self.id)
         if self.policy.kind is AggregationKind.FAIL_FAST:
             ctl.hold_run_on(self.id, FAILURES)
@@ -1070,19 +1068,17 @@ class PipelineRun:
 
     # ------------------------------------------------------------ observing
 
-    def _on_event(self, ev: Event) -> None:
-        """The controller's recorder thread: one status change of some task."""
-        if not isinstance(ev, TaskStatusChanged) or ev.task_id not in self._tasks:
-            return
-        if self._submitting:
+    def _on_status(self, tid: str, version: int, status: TaskStatus) -> None:
+        """The controller's recorder thread: one status change of one of our tasks."""
+        if self._submitting or tid not in self._tasks:
             # the submit holds the run lock while it creates the tasks; it reads their
             # snapshots once done, which covers this change: do not stall the bus
             return
         try:
             with self._lock:
-                self._observe(ev.task_id, ev.version, ev.to_status)
+                self._observe(tid, version, status)
         except Exception:
-            log.exception("pipeline run %s: handling %s failed", self.id, ev.type)
+            log.exception("pipeline run %s: handling a status change of %s failed", self.id, tid)
 
     def _observe(self, tid: str, version: int, status: TaskStatus) -> None:
         """Fold one (task, version, status) into the run and react to it."""
