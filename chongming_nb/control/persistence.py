@@ -86,8 +86,18 @@ def event_record(ev: Event) -> EventRecord:
     )
 
 
+#: Event classes -> whether they are kept in the store (filled on first sight).
+_DURABLE: dict[type, bool] = {}
+
+
 def write_batch(store: Any, batch: Sequence[Any]) -> int:
-    """Write one recorder batch; returns how many writes failed (0 when all landed)."""
+    """Write one recorder batch; returns how many writes failed (0 when all landed).
+
+    A store with ``record_batch`` (the SQL backends) gets the whole batch as one
+    transaction; any other gets ``clear_attempts``, ``save_many``, ``append_logs`` and
+    ``touch_many`` in that order. Either way a snapshot lands with (never before) the
+    transitions that lead to it, and a ``clear_attempts`` deletes the attempts recorded
+    before it, never one recorded after it in the same batch."""
     items: list[tuple[TaskSnapshot, int | None]] = []
     transitions: list[Transition] = []
     attempts: dict[tuple[str, int], AttemptRecord] = {}
@@ -97,10 +107,15 @@ def write_batch(store: Any, batch: Sequence[Any]) -> int:
     clears: list[str] = []
     add_item = items.append
     add_transition = transitions.append
+    durable = _DURABLE
     for item in batch:
         # store writes are tuples, everything else is an event; most common first
-        if item.__class__ is not tuple:
-            if isinstance(item, DURABLE_EVENTS):
+        cls = item.__class__
+        if cls is not tuple:
+            keep = durable.get(cls)
+            if keep is None:
+                keep = durable[cls] = issubclass(cls, DURABLE_EVENTS)
+            if keep:
                 events.append(event_record(item))
             continue
         op = item[0]
@@ -121,16 +136,47 @@ def write_batch(store: Any, batch: Sequence[Any]) -> int:
         elif op == "log":
             logs.setdefault(item[1], []).append(item[2])
         elif op == "clear_attempts":
-            clears.append(item[1])
+            tid = item[1]
+            clears.append(tid)
+            # what the clear deletes: attempts recorded before it, not those after it
+            for key in [k for k in attempts if k[0] == tid]:
+                del attempts[key]
         elif op == "record":
             events.append(item[1])
-    failures = 0
+    if not (items or transitions or attempts or events or touches or logs or clears):
+        return 0
+    record = getattr(store, "record_batch", None)
+    if record is not None:
+        try:
+            record(
+                items,
+                transitions,
+                attempts=list(attempts.values()),
+                events=events,
+                clears=clears,
+                logs=list(logs.items()),
+                touches=touches,
+            )
+            return 0
+        except Exception:
+            log.exception("group commit of %d items failed; writing one by one", len(batch))
+            failures = _side_writes(store, clears, {}, [])
+            failures += _one_by_one(store, items, transitions, list(attempts.values()), events)
+            return failures + _side_writes(store, [], logs, touches)
+    failures = _side_writes(store, clears, {}, [])
     if items or transitions or attempts or events:
         try:
             store.save_many(items, transitions, attempts=list(attempts.values()), events=events)
         except Exception:
             log.exception("group commit of %d snapshots failed; writing one by one", len(items))
             failures += _one_by_one(store, items, transitions, list(attempts.values()), events)
+    return failures + _side_writes(store, [], logs, touches)
+
+
+def _side_writes(
+    store: Any, clears: list[str], logs: dict[str, list[Any]], touches: list[Touch]
+) -> int:
+    failures = 0
     for tid in clears:
         try:
             store.clear_attempts(tid)
@@ -175,10 +221,11 @@ def _one_by_one(
             store.save_attempt(rec)
         except Exception:
             failures += 1
-    try:
-        store.append_events(events)
-    except Exception:
-        failures += 1
+    if events:
+        try:
+            store.append_events(events)
+        except Exception:
+            failures += 1
     return failures
 
 

@@ -121,10 +121,14 @@ def _json_default(value: Any) -> Any:
     return repr(value)
 
 
+#: One encoder for every write (``json.dumps`` with options builds a new one per call).
+_ENCODE = json.JSONEncoder(default=_json_default, separators=(",", ":"), ensure_ascii=False).encode
+
+
 def dumps(value: Any) -> str | None:
     if value is None:
         return None
-    return json.dumps(value, default=_json_default, separators=(",", ":"), ensure_ascii=False)
+    return _ENCODE(value)
 
 
 def loads(text: str | None) -> Any:
@@ -136,24 +140,31 @@ def loads(text: str | None) -> Any:
 def dumps_obj(value: Mapping[str, Any] | None, what: str) -> str | None:
     if value is None:
         return None
+    if value.__class__ is dict:
+        return _ENCODE(value)
     if not isinstance(value, Mapping):
         raise StoreError(f"{what} must be a mapping (a JSON object), got {type(value).__name__}")
-    return dumps(dict(value))
+    return _ENCODE(dict(value))  # the encoder takes dicts only (it would repr a Mapping)
 
 
 # ---------------------------------------------------------- progress / failure
 
 
-def progress_to_json(p: Progress | None) -> str | None:
+def progress_to_json(p: Progress | None, task_id: str | None = None) -> str | None:
+    """``p`` as JSON; a naive ``updated_at`` is a StoreError naming ``task_id``."""
     if p is None:
         return None
-    return dumps(
+    at = p.updated_at
+    if at is not None and (at.__class__ is not datetime or at.tzinfo is not UTC):
+        what = "progress.updated_at" if task_id is None else f"task {task_id}: progress.updated_at"
+        at = utc(at, what)
+    return _ENCODE(
         {
             "done": p.done,
             "total": p.total,
             "unit": p.unit,
             "message": p.message,
-            "updated_at": dt_to_text(utc(p.updated_at, "progress.updated_at")),
+            "updated_at": None if at is None else at.isoformat(timespec="microseconds"),
         }
     )
 

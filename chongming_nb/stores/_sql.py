@@ -1,15 +1,19 @@
-"""SQL text shared by the SQLite and PostgreSQL backends (two small dialects)."""
+"""What the SQLite and PostgreSQL backends share: SQL text (two small dialects), the
+group-commit collapse, and the rows they write."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from chongming_nb.core.errors import ConcurrencyConflict, StoreError
-from chongming_nb.core.models import TaskSnapshot
-from chongming_nb.stores.protocol import SaveItem, TaskQuery
+from chongming_nb.core.models import AttemptRecord, TaskSnapshot, Transition
+from chongming_nb.core.states import TaskStatus
+from chongming_nb.stores import _codec as codec
+from chongming_nb.stores.protocol import EventRecord, LogRecord, SaveItem, TaskQuery, Touch
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,3 +99,309 @@ def collapse(items: Sequence[SaveItem]) -> list[tuple[TaskSnapshot, int | None]]
             raise ConcurrencyConflict(snap.task_id, expect, staged.status_version)
         chain[0] = snap
     return [(c[0], c[1]) for c in chains.values()]
+
+
+# ------------------------------------------------------------------ row building
+#
+# Both SQL backends write the same rows: tuples in the column order of
+# ``codec.*_COLUMNS``. They differ only in how a time is stored, given as ``tx``: SQLite
+# stores fixed-width UTC text (``text_times()``), PostgreSQL the aware datetime itself
+# (``same_time``). A ``tx`` accepts only None or an aware UTC ``datetime`` (the common
+# case) and raises ``_NotUtc`` otherwise; the builders then validate the record through
+# the codec (a naive or non-datetime time is a StoreError naming the field; another
+# zone is converted to UTC) and build the row with ``safe`` instead.
+
+Times = Callable[[Any], Any]
+
+
+class NotUtc(Exception):
+    """A time that is not None or an aware UTC datetime (the slow path handles it)."""
+
+
+#: Zero-padded digits for ``text_times`` (indexing a list beats formatting an int).
+_D2 = [f"{i:02d}" for i in range(100)]
+_D3 = [f"{i:03d}" for i in range(1000)]
+_YEARS: dict[int, str] = {}
+
+
+def _year(year: int) -> str:
+    text = _YEARS[year] = f"{year:04d}"
+    return text
+
+
+def text_times() -> Times:
+    """SQLite's ``tx`` for one batch: each datetime object is formatted once (a task's
+    times recur in its snapshot, transitions, attempt and events as the same objects).
+    The memo is keyed by identity, which is cheap, unlike hashing an aware datetime;
+    it holds each object it keys, so no id is reused while it lives."""
+    memo: dict[int, tuple[datetime, str]] = {}
+    get = memo.get
+
+    def tx(value: Any) -> str | None:
+        if value is None:
+            return None
+        hit = get(id(value))
+        if hit is not None:
+            return hit[1]
+        if value.__class__ is not datetime or value.tzinfo is not UTC:
+            raise NotUtc
+        # codec.dt_to_text (isoformat) of a UTC datetime, at half its cost
+        us = value.microsecond
+        text = (
+            f"{_YEARS.get(value.year) or _year(value.year)}-{_D2[value.month]}-"
+            f"{_D2[value.day]}T{_D2[value.hour]}:"
+            f"{_D2[value.minute]}:{_D2[value.second]}.{_D3[us // 1000]}{_D3[us % 1000]}+00:00"
+        )
+        memo[id(value)] = (value, text)
+        return text
+
+    return tx
+
+
+def same_time(value: Any) -> Any:
+    """PostgreSQL's ``tx``: the datetime itself (timestamptz)."""
+    if value is None or (value.__class__ is datetime and value.tzinfo is UTC):
+        return value
+    raise NotUtc
+
+
+def _status(value: Any) -> str:
+    return value._value_ if value.__class__ is TaskStatus else TaskStatus(value).value  # type: ignore[no-any-return]
+
+
+def _task_row(s: TaskSnapshot, tx: Times) -> tuple[Any, ...]:
+    tags, deps, ra, out = s.tags, s.deps, s.requested_action, s.outcome
+    return (
+        s.task_id,
+        s.name,
+        s.pipeline_run_id,
+        codec.dumps(sorted(tags)) if tags else "[]",
+        _status(s.status),
+        s.status_version,
+        None if ra is None else ra.value,
+        s.attempt,
+        s.max_attempts,
+        tx(s.created_at),
+        tx(s.queued_at),
+        tx(s.started_at),
+        tx(s.ended_at),
+        tx(s.last_heartbeat_at),
+        tx(s.retry_at),
+        None if s.progress is None else codec.progress_to_json(s.progress, s.task_id),
+        None if s.failure is None else codec.failure_to_json(s.failure),
+        None if out is None else codec.dumps_obj(out, f"task {s.task_id}: outcome"),
+        s.executor,
+        s.pid,
+        s.priority,
+        codec.dumps(list(deps)) if deps else "[]",
+        s.idempotency_key,
+        s.bucket,
+        s.bucket_key,
+        s.lease_owner,
+        tx(s.lease_until),
+        bool(s.overridden),
+    )
+
+
+def task_row(s: TaskSnapshot, tx: Times, safe: Times) -> tuple[Any, ...]:
+    """A snapshot as a row of ``codec.TASK_COLUMNS`` (``task_id`` first)."""
+    try:
+        return _task_row(s, tx)
+    except (NotUtc, TypeError):
+        return _task_row(codec.check_snapshot_times(s), safe)
+
+
+def task_rows(
+    items: Sequence[SaveItem], tx: Times, safe: Times
+) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """``collapse(items)`` as (rows to insert, rows to update). An update row is the
+    row without its ``task_id``, then ``task_id`` and the expected version (the
+    parameters of ``UPDATE ... SET <columns but task_id> WHERE task_id AND version``)."""
+    creates: list[tuple[Any, ...]] = []
+    updates: list[tuple[Any, ...]] = []
+    for snap, expect in collapse(items):
+        row = task_row(snap, tx, safe)
+        if expect is None:
+            creates.append(row)
+        else:
+            updates.append((*row[1:], row[0], expect))
+    return creates, updates
+
+
+def _transition_row(t: Transition, tx: Times) -> tuple[Any, ...]:
+    at = tx(t.at)
+    if at is None:
+        codec.utc_req(t.at, f"task {t.task_id}: transition {t.version} at")
+    return (
+        t.task_id,
+        t.version,
+        _status(t.from_status),
+        _status(t.to_status),
+        t.trigger,
+        t.actor,
+        t.reason,
+        at,
+        bool(t.override),
+    )
+
+
+def transition_row(t: Transition, tx: Times, safe: Times) -> tuple[Any, ...]:
+    """A transition as a row of ``codec.TRANSITION_COLUMNS``."""
+    try:
+        return _transition_row(t, tx)
+    except (NotUtc, TypeError):
+        at = codec.utc_req(t.at, f"task {t.task_id}: transition {t.version} at")
+        return _transition_row(replace(t, at=at), safe)
+
+
+def _attempt_row(a: AttemptRecord, tx: Times) -> tuple[Any, ...]:
+    started = tx(a.started_at)
+    if started is None:
+        codec.utc_req(a.started_at, f"task {a.task_id}: attempt {a.attempt} started_at")
+    fk = a.failure_kind
+    return (
+        a.task_id,
+        a.attempt,
+        started,
+        tx(a.ended_at),
+        None if a.outcome is None else _status(a.outcome),
+        None if fk is None else fk.value,
+        a.failure_message,
+        a.traceback,
+        a.executor,
+        bool(a.abandoned),
+        a.exit_code,
+    )
+
+
+def attempt_row(a: AttemptRecord, tx: Times, safe: Times) -> tuple[Any, ...]:
+    """An attempt as a row of ``codec.ATTEMPT_COLUMNS``."""
+    try:
+        return _attempt_row(a, tx)
+    except (NotUtc, TypeError):
+        what = f"task {a.task_id}: attempt {a.attempt}"
+        fixed = replace(
+            a,
+            started_at=codec.utc_req(a.started_at, f"{what} started_at"),
+            ended_at=codec.utc(a.ended_at, f"{what} ended_at"),
+        )
+        return _attempt_row(fixed, safe)
+
+
+def _event_row(e: EventRecord, tx: Times) -> tuple[Any, ...]:
+    at = tx(e.at)
+    if at is None:
+        codec.utc_req(e.at, f"event {e.event_id} at")
+    p = e.payload
+    return (
+        e.event_id,
+        e.task_id,
+        at,
+        e.type,
+        codec.dumps_obj(p, f"event {e.event_id} payload") if p else "{}",
+    )
+
+
+def event_row(e: EventRecord, tx: Times, safe: Times) -> tuple[Any, ...]:
+    """An event as a row of ``codec.EVENT_COLUMNS``."""
+    try:
+        return _event_row(e, tx)
+    except (NotUtc, TypeError):
+        return _event_row(replace(e, at=codec.utc_req(e.at, f"event {e.event_id} at")), safe)
+
+
+def _touch_row(t: Touch, tx: Times) -> tuple[Any, ...]:
+    p = t.progress
+    return (
+        None if p is None else codec.progress_to_json(p, t.task_id),
+        tx(t.heartbeat_at),
+        t.lease_owner,
+        tx(t.lease_until),
+        t.pid,
+        t.task_id,
+    )
+
+
+def touch_row(t: Touch, tx: Times, safe: Times) -> tuple[Any, ...]:
+    """A touch as the parameters of the backends' ``_TOUCH`` update: progress JSON,
+    heartbeat, lease owner, lease end, pid, then ``task_id`` (None = unchanged)."""
+    try:
+        return _touch_row(t, tx)
+    except (NotUtc, TypeError):
+        fixed = replace(
+            t,
+            heartbeat_at=codec.utc(t.heartbeat_at, f"task {t.task_id}: heartbeat_at"),
+            lease_until=codec.utc(t.lease_until, f"task {t.task_id}: lease_until"),
+        )
+        return _touch_row(fixed, safe)
+
+
+def log_row(task_id: str, rec: LogRecord, tx: Times, safe: Times) -> tuple[Any, ...]:
+    """A log line as ``(task_id, at, stream, line, level)``."""
+    try:
+        at = tx(rec.at)
+    except (NotUtc, TypeError):
+        at = safe(codec.utc_req(rec.at, f"task {task_id}: log line at"))
+    if at is None:
+        codec.utc_req(rec.at, f"task {task_id}: log line at")
+    return (task_id, at, rec.stream, rec.line, rec.level)
+
+
+def transition_rows(
+    transitions: Sequence[Transition], tx: Times, safe: Times
+) -> list[tuple[Any, ...]]:
+    try:
+        return [_transition_row(t, tx) for t in transitions]
+    except (NotUtc, TypeError):
+        return [transition_row(t, tx, safe) for t in transitions]
+
+
+def attempt_rows(
+    attempts: Sequence[AttemptRecord], tx: Times, safe: Times
+) -> list[tuple[Any, ...]]:
+    try:
+        return [_attempt_row(a, tx) for a in attempts]
+    except (NotUtc, TypeError):
+        return [attempt_row(a, tx, safe) for a in attempts]
+
+
+def event_rows(events: Sequence[EventRecord], tx: Times, safe: Times) -> list[tuple[Any, ...]]:
+    try:
+        return [_event_row(e, tx) for e in events]
+    except (NotUtc, TypeError):
+        return [event_row(e, tx, safe) for e in events]
+
+
+def log_rows(
+    logs: Sequence[tuple[str, Sequence[LogRecord]]], tx: Times, safe: Times
+) -> list[tuple[Any, ...]]:
+    return [log_row(tid, rec, tx, safe) for tid, lines in logs for rec in lines]
+
+
+#: The fields of a touch, in the order of the touch row (task_id last).
+TOUCH_FIELDS = ("progress", "heartbeat_at", "lease_owner", "lease_until", "pid")
+
+
+def merge_touches(touches: Sequence[Touch]) -> list[Touch]:
+    """One touch per task: applying touches in order sets each field to its last
+    non-None value, so their merge (in order of first appearance) does the same."""
+    merged: dict[str, Touch] = {}
+    for t in touches:
+        seen = merged.get(t.task_id)
+        if seen is None:
+            merged[t.task_id] = t
+            continue
+        merged[t.task_id] = Touch(
+            t.task_id,
+            progress=seen.progress if t.progress is None else t.progress,
+            heartbeat_at=seen.heartbeat_at if t.heartbeat_at is None else t.heartbeat_at,
+            lease_owner=seen.lease_owner if t.lease_owner is None else t.lease_owner,
+            lease_until=seen.lease_until if t.lease_until is None else t.lease_until,
+            pid=seen.pid if t.pid is None else t.pid,
+        )
+    return list(merged.values())
+
+
+def touch_rows(touches: Sequence[Touch], tx: Times, safe: Times) -> list[tuple[Any, ...]]:
+    """``merge_touches(touches)`` as touch rows."""
+    return [touch_row(t, tx, safe) for t in merge_touches(touches)]

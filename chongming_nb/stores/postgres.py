@@ -41,7 +41,8 @@ from chongming_nb.core.models import (
 )
 from chongming_nb.core.states import TERMINAL, TaskStatus
 from chongming_nb.stores import _codec as codec
-from chongming_nb.stores._sql import POSTGRES, collapse, task_order, task_where
+from chongming_nb.stores import _sql
+from chongming_nb.stores._sql import POSTGRES, task_order, task_where
 from chongming_nb.stores.protocol import (
     SCHEMA_VERSION,
     EventRecord,
@@ -221,6 +222,7 @@ _TOUCH = (
     "lease_owner = COALESCE(%s, lease_owner), lease_until = COALESCE(%s, lease_until), "
     "pid = COALESCE(%s, pid) WHERE task_id = %s"
 )
+_INSERT_LOG = "INSERT INTO logs (task_id, at, stream, line, level) VALUES (%s, %s, %s, %s, %s)"
 _TERMINAL_VALUES = sorted(s.value for s in TERMINAL)
 
 
@@ -397,23 +399,38 @@ class PostgresStore(TouchViaTouchMany):
         attempts: Sequence[AttemptRecord] = (),
         events: Sequence[EventRecord] = (),
     ) -> None:
-        creates: list[tuple[Any, ...]] = []
-        updates: list[tuple[Any, ...]] = []
-        for snap, expect in collapse(items):
-            row = codec.snapshot_to_row(snap)
-            if expect is None:
-                creates.append(tuple(row.values()))
-            else:
-                updates.append((*(row[c] for c in _UPDATE_COLS), row["task_id"], expect))
-        trows = [
-            tuple(codec.transition_to_row(t)[c] for c in codec.TRANSITION_COLUMNS)
-            for t in transitions
+        self.record_batch(items, transitions, attempts=attempts, events=events)
+
+    def record_batch(
+        self,
+        items: Sequence[SaveItem] = (),
+        transitions: Sequence[Transition] = (),
+        *,
+        attempts: Sequence[AttemptRecord] = (),
+        events: Sequence[EventRecord] = (),
+        clears: Sequence[str] = (),
+        logs: Sequence[tuple[str, Sequence[LogRecord]]] = (),
+        touches: Sequence[Touch] = (),
+    ) -> None:
+        """A whole recorder batch in ONE transaction (all lands or nothing does):
+        ``clear_attempts`` of ``clears`` first, then ``save_many(items, transitions,
+        attempts=..., events=...)``, then ``append_logs`` of each ``(task_id, lines)``,
+        then ``touch_many(touches)``; errors as those methods raise them."""
+        tx = safe = _sql.same_time
+        creates, updates = _sql.task_rows(items, tx, safe)
+        trows = _sql.transition_rows(transitions, tx, safe)
+        arows = _sql.attempt_rows(attempts, tx, safe)
+        erows = _sql.event_rows(events, tx, safe)
+        lrows = [
+            (tid, at, stream, line.replace("\x00", "\ufffd"), level)
+            for tid, at, stream, line, level in _sql.log_rows(logs, tx, safe)
         ]
-        arows = [tuple(codec.attempt_to_row(a)[c] for c in codec.ATTEMPT_COLUMNS) for a in attempts]
-        erows = [tuple(codec.event_to_row(e)[c] for c in codec.EVENT_COLUMNS) for e in events]
+        urows = _sql.touch_rows(touches, tx, safe)
         # one executemany per kind of row: psycopg pipelines them (no round trip per row)
         with self._write() as conn:
             cur = conn.cursor()
+            if clears:
+                cur.executemany("DELETE FROM attempts WHERE task_id = %s", [(t,) for t in clears])
             if creates:
                 try:
                     with conn.transaction():  # a savepoint, so the error can be named
@@ -455,6 +472,10 @@ class PostgresStore(TouchViaTouchMany):
                 cur.executemany(_UPSERT_ATTEMPT, arows)
             if erows:
                 cur.executemany(_INSERT_EVENT, erows)
+            if lrows:
+                cur.executemany(_INSERT_LOG, lrows)
+            if urows:
+                cur.executemany(_TOUCH, urows)
 
     def get(self, task_id: str) -> TaskSnapshot | None:
         with self._read() as conn:
@@ -515,25 +536,8 @@ class PostgresStore(TouchViaTouchMany):
             return conn.execute("DELETE FROM attempts WHERE task_id = %s", (task_id,)).rowcount
 
     def append_logs(self, task_id: str, lines: Sequence[LogRecord]) -> None:
-        rows = []
-        for rec in lines:
-            r = codec.log_to_row(task_id, rec)
-            rows.append(
-                (
-                    r["task_id"],
-                    r["at"],
-                    r["stream"],
-                    r["line"].replace("\x00", "\ufffd"),
-                    r["level"],
-                )
-            )
-        if not rows:
-            return
-        with self._write() as conn:
-            conn.cursor().executemany(
-                "INSERT INTO logs (task_id, at, stream, line, level) VALUES (%s, %s, %s, %s, %s)",
-                rows,
-            )
+        if lines:
+            self.record_batch(logs=[(task_id, lines)])
 
     def logs(
         self, task_id: str, *, limit: int | None = None, since: datetime | None = None
@@ -589,24 +593,8 @@ class PostgresStore(TouchViaTouchMany):
 
     # ------------------------------------------------------ side channel
     def touch_many(self, touches: Sequence[Touch]) -> None:
-        rows = []
-        for t in touches:
-            if t.progress is not None:
-                codec.utc(t.progress.updated_at, f"task {t.task_id}: progress.updated_at")
-            rows.append(
-                (
-                    codec.progress_to_json(t.progress),
-                    codec.utc(t.heartbeat_at, f"task {t.task_id}: heartbeat_at"),
-                    t.lease_owner,
-                    codec.utc(t.lease_until, f"task {t.task_id}: lease_until"),
-                    t.pid,
-                    t.task_id,
-                )
-            )
-        if not rows:
-            return
-        with self._write() as conn:
-            conn.cursor().executemany(_TOUCH, rows)
+        if touches:
+            self.record_batch(touches=touches)
 
     # ---------------------------------------------------------- commands
     def submit_command(self, command: Command) -> None:

@@ -22,9 +22,11 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
+from itertools import chain
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +40,8 @@ from chongming_nb.core.models import (
 )
 from chongming_nb.core.states import TERMINAL, TaskStatus
 from chongming_nb.stores import _codec as codec
-from chongming_nb.stores._sql import SQLITE, collapse, task_order, task_where
+from chongming_nb.stores import _sql
+from chongming_nb.stores._sql import SQLITE, task_order, task_where
 from chongming_nb.stores.protocol import (
     SCHEMA_VERSION,
     EventRecord,
@@ -62,6 +65,22 @@ _HEADER = b"SQLite format 3\x00"
 #: lost). So the raw header check below runs only while no connection of ours is open.
 _LIVE: dict[tuple[int, int], int] = {}
 _LIVE_LOCK = threading.Lock()
+
+
+def _bind_plainly() -> None:
+    """sqlite3 binds exact int, float, str and bytes as they are, but sends any other
+    value -- None and bool included -- through its adapter registry; a miss there
+    raises and formats two AttributeErrors per value, the largest single cost of
+    binding our rows. Adapters for None (itself) and bool (int) store exactly what
+    sqlite3 stores without them (NULL; 0 or 1), without that cost. Process-wide; an
+    adapter someone else registered first is kept."""
+    # {}.get(None) is None: a C-level callable, cheaper than a Python identity function
+    for kind, adapt in ((type(None), {}.get), (bool, int)):
+        if (kind, sqlite3.PrepareProtocol) not in sqlite3.adapters:
+            sqlite3.register_adapter(kind, adapt)
+
+
+_bind_plainly()
 
 
 def _file_key(path: Path) -> tuple[int, int] | None:
@@ -193,35 +212,73 @@ MIGRATIONS: dict[int, list[str]] = {
     ],
 }
 
-_TASK_TIMES = codec.TASK_TIME_COLUMNS
-_INSERT_TASK = (
-    f"INSERT INTO tasks ({', '.join(codec.TASK_COLUMNS)}) "
-    f"VALUES ({', '.join('?' for _ in codec.TASK_COLUMNS)})"
+
+class _Insert:
+    """An INSERT of many rows: full chunks of ``_CHUNK`` rows as one multi-row VALUES
+    statement (one statement step, one AUTOINCREMENT bookkeeping write per chunk
+    instead of per row), the rest through ``executemany``. Rows land in order."""
+
+    __slots__ = ("many", "one")
+
+    def __init__(self, head: str, ncols: int) -> None:
+        row = "(" + ", ".join("?" for _ in range(ncols)) + ")"
+        self.one = f"{head} VALUES {row}"
+        self.many = f"{head} VALUES {', '.join([row] * _CHUNK)}"
+
+    def run(self, conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
+        full = len(rows) - len(rows) % _CHUNK
+        for i in range(0, full, _CHUNK):
+            conn.execute(self.many, list(chain.from_iterable(rows[i : i + _CHUNK])))
+        if full < len(rows):
+            conn.executemany(self.one, rows[full:] if full else rows)
+
+
+#: Rows per multi-row INSERT (28 task columns x 32 rows stays far below SQLite's limit
+#: of 32766 parameters).
+_CHUNK = 32
+
+_INSERT_TASK = _Insert(
+    f"INSERT INTO tasks ({', '.join(codec.TASK_COLUMNS)})", len(codec.TASK_COLUMNS)
 )
-_UPDATE_COLS = [c for c in codec.TASK_COLUMNS if c != "task_id"]
+#: task_id comes first in the columns: an update row is the row without it, then
+#: task_id and the expected version.
+_UPDATE_COLS = codec.TASK_COLUMNS[1:]
 _UPDATE_TASK = (
     f"UPDATE tasks SET {', '.join(f'{c} = ?' for c in _UPDATE_COLS)} "
     "WHERE task_id = ? AND status_version = ?"
 )
+#: Indexed columns that a task keeps from its creation on (almost always). The usual
+#: update leaves them out of SET -- SQLite rewrites the entry of every index with a
+#: column in SET, changed or not -- and requires them unchanged in WHERE instead, so
+#: a row matches only when the narrow update leaves it exactly equal to the full one.
+#: When not every row matches, the batch's updates are redone in full.
+_KEPT = ("pipeline_run_id", "created_at", "bucket", "lease_owner")
+_HOT = tuple(c for c in _UPDATE_COLS if c not in _KEPT)
+_UPDATE_HOT = (
+    f"UPDATE tasks SET {', '.join(f'{c} = ?' for c in _HOT)} "
+    "WHERE task_id = ? AND status_version = ? AND " + " AND ".join(f"{c} IS ?" for c in _KEPT)
+)
+_n = len(_UPDATE_COLS)
+#: An update row -> the parameters of ``_UPDATE_HOT``.
+_HOT_PARAMS = itemgetter(
+    *(_UPDATE_COLS.index(c) for c in _HOT), _n, _n + 1, *(_UPDATE_COLS.index(c) for c in _KEPT)
+)
+del _n
 _SELECT_TASK = f"SELECT {', '.join(codec.TASK_COLUMNS)} FROM tasks"
-_INSERT_TRANSITION = (
-    f"INSERT OR IGNORE INTO transitions ({', '.join(codec.TRANSITION_COLUMNS)}) "
-    f"VALUES ({', '.join('?' for _ in codec.TRANSITION_COLUMNS)})"
+_INSERT_TRANSITION = _Insert(
+    f"INSERT OR IGNORE INTO transitions ({', '.join(codec.TRANSITION_COLUMNS)})",
+    len(codec.TRANSITION_COLUMNS),
 )
-_UPSERT_ATTEMPT = (
-    f"INSERT OR REPLACE INTO attempts ({', '.join(codec.ATTEMPT_COLUMNS)}) "
-    f"VALUES ({', '.join('?' for _ in codec.ATTEMPT_COLUMNS)})"
+_UPSERT_ATTEMPT = _Insert(
+    f"INSERT OR REPLACE INTO attempts ({', '.join(codec.ATTEMPT_COLUMNS)})",
+    len(codec.ATTEMPT_COLUMNS),
 )
-_INSERT_EVENT = (
-    f"INSERT OR IGNORE INTO events ({', '.join(codec.EVENT_COLUMNS)}) "
-    f"VALUES ({', '.join('?' for _ in codec.EVENT_COLUMNS)})"
+_INSERT_EVENT = _Insert(
+    f"INSERT OR IGNORE INTO events ({', '.join(codec.EVENT_COLUMNS)})", len(codec.EVENT_COLUMNS)
 )
-_TOUCH = (
-    "UPDATE tasks SET progress = COALESCE(?, progress), "
-    "last_heartbeat_at = COALESCE(?, last_heartbeat_at), "
-    "lease_owner = COALESCE(?, lease_owner), lease_until = COALESCE(?, lease_until), "
-    "pid = COALESCE(?, pid) WHERE task_id = ?"
-)
+_INSERT_LOG = _Insert("INSERT INTO logs (task_id, at, stream, line, level)", 5)
+_TOUCH_COLUMNS = ("progress", "last_heartbeat_at", "lease_owner", "lease_until", "pid")
+
 _COMMAND_COLS = ", ".join(codec.COMMAND_COLUMNS)
 _TERMINAL_VALUES = sorted(s.value for s in TERMINAL)
 
@@ -234,57 +291,18 @@ def _t(value: datetime | None) -> str | None:
     return codec.dt_to_text(value)
 
 
-def _status_value(value: Any) -> str:
-    return str(value.value if value.__class__ is TaskStatus else TaskStatus(value).value)
-
-
-def _utc(value: Any) -> datetime | None:
-    """``value`` when it is already an aware UTC datetime (the common case), else None
-    (the caller then validates through the codec, which names what was wrong)."""
-    if value.__class__ is datetime and value.tzinfo is UTC:
-        return value
-    return None
-
-
-def _transition_values(
-    t: Transition, tx: Callable[[datetime | None], str | None]
-) -> tuple[Any, ...]:
-    """``codec.transition_to_row`` as a tuple in column order, times as text."""
-    return (
-        t.task_id,
-        t.version,
-        _status_value(t.from_status),
-        _status_value(t.to_status),
-        t.trigger,
-        t.actor,
-        t.reason,
-        tx(_utc(t.at) or codec.utc_req(t.at, f"task {t.task_id}: transition {t.version} at")),
-        bool(t.override),
-    )
-
-
-def _attempt_values(
-    a: AttemptRecord, tx: Callable[[datetime | None], str | None]
-) -> tuple[Any, ...]:
-    """``codec.attempt_to_row`` as a tuple in column order, times as text."""
-    started, ended = _utc(a.started_at), _utc(a.ended_at)
-    if started is None:
-        started = codec.utc_req(a.started_at, f"task {a.task_id}: attempt {a.attempt} started_at")
-    if ended is None and a.ended_at is not None:
-        ended = codec.utc(a.ended_at, f"task {a.task_id}: attempt {a.attempt} ended_at")
-    return (
-        a.task_id,
-        a.attempt,
-        tx(started),
-        tx(ended),
-        None if a.outcome is None else _status_value(a.outcome),
-        None if a.failure_kind is None else a.failure_kind.value,
-        a.failure_message,
-        a.traceback,
-        a.executor,
-        bool(a.abandoned),
-        a.exit_code,
-    )
+def _touch(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
+    """Touch rows (one per task, see ``_sql.touch_rows``), each as an UPDATE of only its
+    given columns: a column in SET costs its index entries a rewrite even when the
+    value stays (``lease_owner`` is indexed, and most touches are progress or beats)."""
+    shapes: dict[tuple[bool, ...], list[tuple[Any, ...]]] = {}
+    for row in rows:
+        key = tuple(v is not None for v in row[:-1])
+        if any(key):
+            shapes.setdefault(key, []).append(tuple(v for v in row if v is not None))
+    for key, params in shapes.items():
+        cols = ", ".join(f"{c} = ?" for c, given in zip(_TOUCH_COLUMNS, key, strict=True) if given)
+        conn.executemany(f"UPDATE tasks SET {cols} WHERE task_id = ?", params)
 
 
 class SqliteStore(TouchViaTouchMany):
@@ -470,10 +488,6 @@ class SqliteStore(TouchViaTouchMany):
                 raise self._fail("read failed", exc) from exc
 
     # ------------------------------------------------------------ snapshots
-    @staticmethod
-    def _task_values(s: TaskSnapshot) -> dict[str, Any]:
-        return codec.times_to_text(codec.snapshot_to_row(s), _TASK_TIMES)
-
     def create(self, snapshot: TaskSnapshot) -> None:
         self.save_many([(snapshot, None)])
 
@@ -488,87 +502,89 @@ class SqliteStore(TouchViaTouchMany):
         attempts: Sequence[AttemptRecord] = (),
         events: Sequence[EventRecord] = (),
     ) -> None:
-        # Hot path of every controller batch: rows are built as tuples in column order,
-        # each distinct instant is formatted once per batch (a task's queued/started/
-        # ended times recur in its snapshot, transitions and attempt), and each kind of
-        # row goes to SQLite in one executemany.
-        memo: dict[datetime, str] = {}
+        self.record_batch(items, transitions, attempts=attempts, events=events)
 
-        def tx(value: datetime | None) -> str | None:
-            if value is None:
-                return None
-            text = memo.get(value)
-            if text is None:
-                text = memo[value] = value.isoformat(timespec="microseconds")
-                if value.tzinfo is not UTC:  # already validated aware; make it UTC text
-                    text = memo[value] = str(codec.dt_to_text(value))
-            return text
-
-        creates: list[tuple[Any, ...]] = []
-        updates: list[tuple[Any, ...]] = []
-        for snap, expect in collapse(items):
-            row = codec.snapshot_to_row(snap)
-            for c in _TASK_TIMES:
-                row[c] = tx(row[c])
-            if expect is None:
-                creates.append(tuple(row.values()))
-            else:
-                updates.append((*(row[c] for c in _UPDATE_COLS), row["task_id"], expect))
-        trows = [_transition_values(t, tx) for t in transitions]
-        arows = [_attempt_values(a, tx) for a in attempts]
-        erows = [
-            (
-                e.event_id,
-                e.task_id,
-                tx(codec.utc_req(e.at, f"event {e.event_id} at")),
-                e.type,
-                codec.dumps_obj(e.payload, f"event {e.event_id} payload") or "{}",
-            )
-            for e in events
-        ]
+    def record_batch(
+        self,
+        items: Sequence[SaveItem] = (),
+        transitions: Sequence[Transition] = (),
+        *,
+        attempts: Sequence[AttemptRecord] = (),
+        events: Sequence[EventRecord] = (),
+        clears: Sequence[str] = (),
+        logs: Sequence[tuple[str, Sequence[LogRecord]]] = (),
+        touches: Sequence[Touch] = (),
+    ) -> None:
+        """A whole recorder batch in ONE transaction (all lands or nothing does):
+        ``clear_attempts`` of ``clears`` first, then ``save_many(items, transitions,
+        attempts=..., events=...)``, then ``append_logs`` of each ``(task_id, lines)``,
+        then ``touch_many(touches)``; errors as those methods raise them."""
+        # Hot path of every controller batch: rows are tuples in column order, each
+        # distinct instant is formatted once per batch, and each kind of row goes to
+        # SQLite in few statements.
+        tx, safe = _sql.text_times(), codec.dt_to_text
+        creates, updates = _sql.task_rows(items, tx, safe)
+        trows = _sql.transition_rows(transitions, tx, safe)
+        arows = _sql.attempt_rows(attempts, tx, safe)
+        erows = _sql.event_rows(events, tx, safe)
+        lrows = _sql.log_rows(logs, tx, safe)
+        urows = _sql.touch_rows(touches, tx, safe)
         with self._write() as conn:
+            if clears:
+                conn.executemany("DELETE FROM attempts WHERE task_id = ?", [(t,) for t in clears])
             if creates:
-                conn.execute("SAVEPOINT chongming_creates")
-                try:
-                    conn.executemany(_INSERT_TASK, creates)
-                except sqlite3.IntegrityError:
-                    # undo the rows inserted before the failing one, then name it
-                    conn.execute("ROLLBACK TO chongming_creates")
-                    dup = None
-                    for values in creates:
-                        if conn.execute(
-                            "SELECT 1 FROM tasks WHERE task_id = ?", (values[0],)
-                        ).fetchone():
-                            dup = values[0]
-                            break
-                    raise StoreError(f"task {dup} already exists in {self.url}") from None
-                conn.execute("RELEASE chongming_creates")
+                self._insert_tasks(conn, creates)
             if updates:
-                conn.execute("SAVEPOINT chongming_updates")
-                cur = conn.executemany(_UPDATE_TASK, updates)
-                # task_id is unique: each update matches at most one row, so the total
-                # is the number of updates exactly when none of them missed its version
-                if cur.rowcount != len(updates):
-                    # undo them and name the first that does not match (the write lock
-                    # is ours, nobody changes a version meanwhile)
-                    conn.execute("ROLLBACK TO chongming_updates")
-                    for values in updates:
-                        tid, expect = values[-2], values[-1]
-                        found = conn.execute(
-                            "SELECT status_version FROM tasks WHERE task_id = ?", (tid,)
-                        ).fetchone()
-                        if found is None or int(found[0]) != expect:
-                            raise ConcurrencyConflict(
-                                tid, expect, None if found is None else int(found[0])
-                            )
-                    raise ConcurrencyConflict(updates[0][-2], updates[0][-1], None)
-                conn.execute("RELEASE chongming_updates")
+                self._update_tasks(conn, updates)
             if trows:
-                conn.executemany(_INSERT_TRANSITION, trows)
+                _INSERT_TRANSITION.run(conn, trows)
             if arows:
-                conn.executemany(_UPSERT_ATTEMPT, arows)
+                _UPSERT_ATTEMPT.run(conn, arows)
             if erows:
-                conn.executemany(_INSERT_EVENT, erows)
+                _INSERT_EVENT.run(conn, erows)
+            if lrows:
+                _INSERT_LOG.run(conn, lrows)
+            if urows:
+                _touch(conn, urows)
+
+    def _insert_tasks(self, conn: sqlite3.Connection, creates: list[tuple[Any, ...]]) -> None:
+        conn.execute("SAVEPOINT chongming_creates")
+        try:
+            _INSERT_TASK.run(conn, creates)
+        except sqlite3.IntegrityError:
+            # undo the rows inserted before the failing one, then name it
+            conn.execute("ROLLBACK TO chongming_creates")
+            dup = None
+            for values in creates:
+                if conn.execute("SELECT 1 FROM tasks WHERE task_id = ?", (values[0],)).fetchone():
+                    dup = values[0]
+                    break
+            raise StoreError(f"task {dup} already exists in {self.url}") from None
+        conn.execute("RELEASE chongming_creates")
+
+    @staticmethod
+    def _update_tasks(conn: sqlite3.Connection, updates: list[tuple[Any, ...]]) -> None:
+        conn.execute("SAVEPOINT chongming_updates")
+        # task_id is unique: each update matches at most one row, so the total is the
+        # number of updates exactly when every one of them matched
+        if conn.executemany(_UPDATE_HOT, map(_HOT_PARAMS, updates)).rowcount == len(updates):
+            conn.execute("RELEASE chongming_updates")
+            return
+        # a kept column changed or a version missed: redo them all in full
+        conn.execute("ROLLBACK TO chongming_updates")
+        if conn.executemany(_UPDATE_TASK, updates).rowcount != len(updates):
+            # undo them and name the first that does not match (the write lock is
+            # ours, nobody changes a version meanwhile)
+            conn.execute("ROLLBACK TO chongming_updates")
+            for values in updates:
+                tid, expect = values[-2], values[-1]
+                found = conn.execute(
+                    "SELECT status_version FROM tasks WHERE task_id = ?", (tid,)
+                ).fetchone()
+                if found is None or int(found[0]) != expect:
+                    raise ConcurrencyConflict(tid, expect, None if found is None else int(found[0]))
+            raise ConcurrencyConflict(updates[0][-2], updates[0][-1], None)
+        conn.execute("RELEASE chongming_updates")
 
     def get(self, task_id: str) -> TaskSnapshot | None:
         with self._read() as conn:
@@ -627,17 +643,8 @@ class SqliteStore(TouchViaTouchMany):
             return conn.execute("DELETE FROM attempts WHERE task_id = ?", (task_id,)).rowcount
 
     def append_logs(self, task_id: str, lines: Sequence[LogRecord]) -> None:
-        rows = [
-            tuple(codec.times_to_text(codec.log_to_row(task_id, rec), ("at",)).values())
-            for rec in lines
-        ]
-        if not rows:
-            return
-        with self._write() as conn:
-            conn.executemany(
-                "INSERT INTO logs (task_id, at, stream, line, level) VALUES (?, ?, ?, ?, ?)",
-                rows,
-            )
+        if lines:
+            self.record_batch(logs=[(task_id, lines)])
 
     def logs(
         self, task_id: str, *, limit: int | None = None, since: datetime | None = None
@@ -696,24 +703,8 @@ class SqliteStore(TouchViaTouchMany):
 
     # --------------------------------------------------------- side channel
     def touch_many(self, touches: Sequence[Touch]) -> None:
-        rows = []
-        for t in touches:
-            if t.progress is not None:
-                codec.utc(t.progress.updated_at, f"task {t.task_id}: progress.updated_at")
-            rows.append(
-                (
-                    codec.progress_to_json(t.progress),
-                    _t(codec.utc(t.heartbeat_at, f"task {t.task_id}: heartbeat_at")),
-                    t.lease_owner,
-                    _t(codec.utc(t.lease_until, f"task {t.task_id}: lease_until")),
-                    t.pid,
-                    t.task_id,
-                )
-            )
-        if not rows:
-            return
-        with self._write() as conn:
-            conn.executemany(_TOUCH, rows)
+        if touches:
+            self.record_batch(touches=touches)
 
     # -------------------------------------------------------------- commands
     def submit_command(self, command: Command) -> None:
