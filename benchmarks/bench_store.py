@@ -4,6 +4,9 @@
    submit all, wait all, ``ctl.flush()`` (everything persisted) — beside
    dask.distributed ``LocalCluster(n_workers=2, threads_per_worker=1, processes=True)``
    running the same number of no-op ``client.submit`` calls. Target >= 4,000 tasks/s.
+   The row also carries ``recorder_cpu_us_per_task``: the recording side alone (the
+   batches that run handed to the recorder, replayed through ``write_batch`` into a
+   fresh SqliteStore, CPU time per task).
 2. The same with ``PostgresStore`` (``CHONGMING_TEST_POSTGRES`` if set, else a throwaway
    cluster from ``scripts/pg_cluster.sh`` started and stopped here). Figure reported.
 3. CLI-command-to-applied latency: a controller on a SQLite store runs a cooperative loop
@@ -87,12 +90,24 @@ def _load() -> float | None:
 # ------------------------------------------------------------------ throughput
 
 
-def controller_throughput(store: Any, n: int) -> tuple[float, float]:
+def controller_throughput(
+    store: Any, n: int, record: list[list[Any]] | None = None
+) -> tuple[float, float]:
     """(tasks/s, CPU microseconds of this process per task) for ``n`` no-op tasks through
     a Controller writing to ``store``: from the first submit to the moment everything is
-    persisted. Raises if a write failed."""
+    persisted. Raises if a write failed. With ``record``, each batch the recorder thread
+    writes is appended to it (for ``recorder_cpu``)."""
     import chongming_nb as cn
+    from chongming_nb.control import persistence
 
+    real = persistence.write_batch
+    if record is not None:
+
+        def keeping(store: Any, batch: Any) -> int:
+            record.append(list(batch))
+            return real(store, batch)
+
+        persistence.write_batch = keeping  # the controller looks it up per batch
     ctl = cn.Controller(store=store)
     try:
         c0 = time.process_time()
@@ -108,12 +123,34 @@ def controller_throughput(store: Any, n: int) -> tuple[float, float]:
         if ctl.persist_failures:
             raise RuntimeError(f"{ctl.persist_failures} store writes failed")
     finally:
+        persistence.write_batch = real
         ctl.close()
     counts = store.counts()
     done = sum(v for k, v in counts.items() if k.value == "succeeded")
     if done != n:
         raise RuntimeError(f"the store holds {done} succeeded tasks, expected {n}")
     return n / elapsed, cpu * 1e6 / n
+
+
+def recorder_cpu(batches: list[list[Any]], n: int, work: Path, rounds: int = 3) -> float:
+    """CPU microseconds per task of the recording side alone: ``write_batch`` over the
+    batches a real run handed to the recorder, into a fresh SqliteStore each round
+    (median of ``rounds``; the controller's own cost is not in it)."""
+    from chongming_nb.control.persistence import write_batch
+    from chongming_nb.stores import SqliteStore
+
+    samples = []
+    for i in range(rounds):
+        store = SqliteStore(work / f"recorder-{i}.db")
+        try:
+            c0 = time.process_time()
+            failed = sum(write_batch(store, b) for b in batches)
+            samples.append((time.process_time() - c0) * 1e6 / n)
+        finally:
+            store.close()
+        if failed:
+            raise RuntimeError(f"{failed} writes failed replaying the recorded batches")
+    return statistics.median(samples)
 
 
 def dask_throughput(n: int) -> float:
@@ -338,7 +375,10 @@ def run(size: str) -> list[dict[str, Any]]:
         # peers measured in the same run; dask first, then its processes are gone
         load = _load()
         peer = dask_throughput(n)
-        sqlite_tps, sqlite_cpu = controller_throughput(SqliteStore(work / "tp.db"), n)
+        batches: list[list[Any]] = []
+        sqlite_tps, sqlite_cpu = controller_throughput(SqliteStore(work / "tp.db"), n, batches)
+        recorder_us = recorder_cpu(batches, n, work)
+        del batches
         rows.append(
             _row(
                 f"throughput, {n} no-op tasks: Controller+SqliteStore vs dask LocalCluster",
@@ -348,6 +388,7 @@ def run(size: str) -> list[dict[str, Any]]:
                 sqlite_tps >= THROUGHPUT_TARGET,
                 "tasks/s",
                 cpu_us_per_task=round(sqlite_cpu, 1),
+                recorder_cpu_us_per_task=round(recorder_us, 1),
                 load_1min=load,
             )
         )
