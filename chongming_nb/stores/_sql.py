@@ -166,7 +166,7 @@ def same_time(value: Any) -> Any:
 
 
 def _status(value: Any) -> str:
-    return value._value_ if value.__class__ is TaskStatus else TaskStatus(value).value  # type: ignore[no-any-return]
+    return value._value_ if value.__class__ is TaskStatus else TaskStatus(value).value
 
 
 def _task_row(s: TaskSnapshot, tx: Times) -> tuple[Any, ...]:

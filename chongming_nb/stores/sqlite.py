@@ -75,9 +75,11 @@ def _bind_plainly() -> None:
     sqlite3 stores without them (NULL; 0 or 1), without that cost. Process-wide; an
     adapter someone else registered first is kept."""
     # {}.get(None) is None: a C-level callable, cheaper than a Python identity function
-    for kind, adapt in ((type(None), {}.get), (bool, int)):
-        if (kind, sqlite3.PrepareProtocol) not in sqlite3.adapters:
-            sqlite3.register_adapter(kind, adapt)
+    nothing: dict[Any, None] = {}
+    if (type(None), sqlite3.PrepareProtocol) not in sqlite3.adapters:
+        sqlite3.register_adapter(type(None), nothing.get)
+    if (bool, sqlite3.PrepareProtocol) not in sqlite3.adapters:
+        sqlite3.register_adapter(bool, int)
 
 
 _bind_plainly()
@@ -258,12 +260,12 @@ _UPDATE_HOT = (
     f"UPDATE tasks SET {', '.join(f'{c} = ?' for c in _HOT)} "
     "WHERE task_id = ? AND status_version = ? AND " + " AND ".join(f"{c} IS ?" for c in _KEPT)
 )
-_n = len(_UPDATE_COLS)
 #: An update row -> the parameters of ``_UPDATE_HOT``.
 _HOT_PARAMS = itemgetter(
-    *(_UPDATE_COLS.index(c) for c in _HOT), _n, _n + 1, *(_UPDATE_COLS.index(c) for c in _KEPT)
+    *[_UPDATE_COLS.index(c) for c in _HOT],
+    *[len(_UPDATE_COLS), len(_UPDATE_COLS) + 1],  # task_id, expected version
+    *[_UPDATE_COLS.index(c) for c in _KEPT],
 )
-del _n
 _SELECT_TASK = f"SELECT {', '.join(codec.TASK_COLUMNS)} FROM tasks"
 _INSERT_TRANSITION = _Insert(
     f"INSERT OR IGNORE INTO transitions ({', '.join(codec.TRANSITION_COLUMNS)})",
