@@ -66,6 +66,7 @@ from chongming_nb.core.models import (
     Progress,
     TaskSnapshot,
     Transition,
+    new_snapshot,
 )
 from chongming_nb.core.policies import (
     BucketPolicy,
@@ -516,34 +517,33 @@ class Controller:
             while task_id in self._tasks:
                 task_id = f"{self._id_rng.getrandbits(48):012x}"
             now = self._clock.now()
-            snap = TaskSnapshot(
-                task_id=task_id,
-                name=spec.name,
-                pipeline_run_id=pipeline_run_id,
-                tags=spec.tags,
-                max_attempts=spec.retry.max_attempts,
-                created_at=now,
-                executor=exec_name,
-                priority=prio,
-                deps=tuple(deps),
-                idempotency_key=idempotency_key,
-                bucket=bucket,
-                bucket_key=bucket_key,
-                lease_owner=self.owner,
+            dep_ids = tuple(deps)
+            # built from a blank template through the layout twin: one dict, no
+            # 32-parameter keyword call (once per task)
+            snap = new_snapshot(
+                {
+                    "task_id": task_id,
+                    "name": spec.name,
+                    "pipeline_run_id": pipeline_run_id,
+                    "tags": spec.tags,
+                    "max_attempts": spec.retry.max_attempts,
+                    "created_at": now,
+                    "executor": exec_name,
+                    "priority": prio,
+                    "deps": dep_ids,
+                    "idempotency_key": idempotency_key,
+                    "bucket": bucket,
+                    "bucket_key": bucket_key,
+                    "lease_owner": self.owner,
+                },
             )
-            t = _Task(
-                snap=snap,
-                fn=fn,
-                args=tuple(args),
-                kwargs=dict(kwargs),
-                inject=inject,
-                spec=spec,
-                executor=spec.executor,
-                deps=tuple(deps),
-                join=join,
-                when=when,
-                node=node,
-            )
+            t = _Task(snap, fn, tuple(args), dict(kwargs), inject, spec, spec.executor, dep_ids)
+            if join is not JoinMode.ALL_SUCCEEDED:
+                t.join = join
+            if when is not None:
+                t.when = when
+            if node is not None:
+                t.node = node
             if upstream_names:
                 t.upstream = {"__names__": dict(upstream_names)}
             self._tasks[task_id] = t
@@ -1091,19 +1091,17 @@ class Controller:
             return
         # built directly, not with dataclasses.replace (which inspects the fields on
         # every call): once per attempt on the hot path
-        rec = AttemptRecord(
-            task_id=rec.task_id,
-            attempt=rec.attempt,
-            started_at=rec.started_at,
-            ended_at=self._clock.now(),
-            outcome=outcome,
-            failure_kind=fail.kind if fail else None,
-            failure_message=fail.message if fail else None,
-            traceback=fail.traceback if fail else None,
-            executor=rec.executor,
-            abandoned=abandoned,
-            exit_code=fail.exit_code if fail else None,
-        )
+        now = self._clock.now()
+        if fail is None:
+            rec = AttemptRecord(
+                rec.task_id, rec.attempt, rec.started_at, now, outcome, None, None, None,
+                rec.executor, abandoned, None,
+            )  # fmt: skip
+        else:
+            rec = AttemptRecord(
+                rec.task_id, rec.attempt, rec.started_at, now, outcome, fail.kind,
+                fail.message, fail.traceback, rec.executor, abandoned, fail.exit_code,
+            )  # fmt: skip
         t.attempts[-1] = rec
         if self._store is not None:
             self._outbox.append(("attempt", rec))

@@ -123,6 +123,15 @@ class TaskSnapshot:
 
 
 _evolve_snapshot = evolver(TaskSnapshot)
+_BLANK = TaskSnapshot(task_id="", name="")
+
+
+def new_snapshot(fields: Mapping[str, Any]) -> TaskSnapshot:
+    """``TaskSnapshot(**fields)`` without a 32-parameter keyword call (a new task's
+    snapshot is built once per submit); unknown names raise TypeError."""
+    if "task_id" not in fields or "name" not in fields:
+        raise TypeError("a new snapshot needs task_id and name")
+    return _evolve_snapshot(_BLANK, fields)
 
 
 @fast_init
