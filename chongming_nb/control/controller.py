@@ -274,7 +274,7 @@ class Controller:
         self._held_runs: set[str] = set()
         self._parked: dict[str, list[tuple[int, int, str]]] = {}
         self._hold_on: dict[str, frozenset[TaskStatus]] = {}
-        self._id_rng = random.Random(secrets.randbits(128))
+        self._task_seq = itertools.count(1)
         self._outbox: list[Any] = []
         self._request_keys: dict[str, None] = {}
         self._executing: set[_Task] = set()
@@ -512,10 +512,13 @@ class Controller:
                     raise ConfigurationError(f"after=: unknown task {tid!r}")
                 if tid not in deps:
                     deps.append(tid)
-            # a seeded PRNG, not os.urandom per task: no GIL release on the hot path
-            task_id = f"{self._id_rng.getrandbits(48):012x}"
-            while task_id in self._tasks:
-                task_id = f"{self._id_rng.getrandbits(48):012x}"
+            # this controller's random prefix + a sequence: unique across controllers
+            # sharing a store (32 random bits apart), and one controller's ids sort in
+            # creation order, so a store's task_id indexes grow at one end instead of
+            # at random pages (~3x fewer pages written per task with SQLite)
+            task_id = f"{self._id_prefix}{next(self._task_seq):06x}"
+            while task_id in self._tasks:  # only after a reconcile adopted foreign ids
+                task_id = f"{self._id_prefix}{next(self._task_seq):06x}"
             now = self._clock.now()
             dep_ids = tuple(deps)
             # built from a blank template through the layout twin: one dict, no
