@@ -100,6 +100,9 @@ PROGRESS_EVENT_INTERVAL = 0.1
 #: Log lines kept in memory per task (older ones stay in the store, if any).
 LOG_RING = 2000
 
+#: The states of a launched attempt in which no request awaits delivery to its handle.
+_LAUNCHED_QUIETLY = frozenset({TaskStatus.STARTING, TaskStatus.RUNNING})
+
 #: Terminal states other than success: an upstream in one fails an all_succeeded join.
 _UNSUCCESSFUL = TERMINAL - {TaskStatus.SUCCEEDED}
 
@@ -259,6 +262,10 @@ class Controller:
         # bytes per finished task (Condition + locks + deque) for nothing
         self._terminal = threading.Condition(self._lock)
         self._waiters = 0  # threads in wait(): no notify_all per finished task without one
+        # (task, attempt, wall time, monotonic) of starts reported while the lock was busy
+        self._pending_starts: deque[tuple[_Task, int, Any, float]] = deque()
+        # (task, attempt, outcome) of attempt ends reported while the lock was busy
+        self._pending_finishes: deque[tuple[_Task, int, Outcome]] = deque()
         self._pumping = threading.local()
         self._tasks: dict[str, _Task] = {}
         self._by_key: dict[str, str] = {}
@@ -729,6 +736,17 @@ class Controller:
         self._pumping.active = True
         try:
             self._pump_loop(picked)
+            # reports queued by threads that found the lock busy while this thread
+            # held it: settle them now (if another thread holds the lock, it does)
+            while (self._pending_finishes or self._pending_starts) and self._lock.acquire(
+                blocking=False
+            ):
+                try:
+                    self._settle_pending()
+                    more = self._pick_launches()
+                finally:
+                    self._lock.release()
+                self._pump_loop(more)
         finally:
             self._pumping.active = False
 
@@ -742,6 +760,8 @@ class Controller:
 
     def _pick_launches(self) -> list[_Launch]:
         """Under the lock: take what may start now, and flush the outbox."""
+        if self._pending_starts or self._pending_finishes:
+            self._settle_pending()
         launches: list[_Launch] = []
         skipped: list[tuple[int, int, str]] = []
         while self._ready and self._running < self.concurrency.max_parallel:
@@ -882,11 +902,31 @@ class Controller:
             if isinstance(exc, ConfigurationError):
                 raise
             return False
+        if t.exec_attempt != req.attempt:
+            return True  # finished (inline) or settled before launch returned
+        # Publish the handle without the lock, then look: whoever changes the task
+        # under the lock (a stop, a pause, a timeout, the end of the attempt) stores
+        # first and then reads t.handle, and this thread stores t.handle first and then
+        # reads their state. Each step is atomic under the GIL, so at least one side
+        # sees the other; a request seen by both is delivered twice (idempotent). Only
+        # when something did happen is the lock taken.
+        hb = Heartbeat(handle.token, self._clock.monotonic())
+        t.handle = handle
+        t.hb = hb
+        if (
+            t.exec_attempt == req.attempt
+            and t.timeout_kind is None
+            and t.snap.status in _LAUNCHED_QUIETLY
+        ):
+            return True
         with self._lock:
             if t.exec_attempt != req.attempt:
-                return True  # finished (inline) or settled before launch returned
-            t.handle = handle
-            t.hb = Heartbeat(handle.token, self._clock.monotonic())
+                # it ended (or was abandoned) meanwhile: drop what was published here
+                if t.handle is handle:
+                    t.handle = None
+                if t.hb is hb:
+                    t.hb = None
+                return True
             st = t.snap.status
             if st is S.STOPPING:
                 handle.request_stop(t.stop_reason)
@@ -899,18 +939,41 @@ class Controller:
     # ---------------------------------------------------------- reporter hooks
 
     def _on_started(self, t: _Task, attempt: int, pid: int | None) -> None:
-        with self._lock:
-            if t.exec_attempt != attempt:
-                return
-            t.started_mono = self._clock.monotonic()
-            if t.hb is not None:
-                t.hb.beat(t.started_mono)  # idle time counts from the start, not the launch
-            if pid is not None:
-                t.snap = t.snap.evolve(pid=pid)
-            if t.snap.status is S.STARTING:
-                self._apply(t, self._sm.mark_running, pid=pid)
-            self._arm_timeouts(t)
+        if pid is None and not self._lock.acquire(blocking=False):
+            # Contended: do not queue up behind the lock (on a free core that costs a
+            # GIL hand-over per task). The start is noted, with its time, and recorded by
+            # the next critical section that settles pending starts: the attempt's own
+            # end, the next scheduling pass, a read, or the dispatcher's tick (<= 50 ms).
+            self._pending_starts.append((t, attempt, self._clock.now(), self._clock.monotonic()))
+            return
+        if pid is not None:
+            self._lock.acquire()
+        try:
+            self._settle_pending()
+            self._started(t, attempt, pid, None, self._clock.monotonic())
             self._flush_outbox()  # same critical section: one lock round-trip
+        finally:
+            self._lock.release()
+
+    def _started(self, t: _Task, attempt: int, pid: int | None, at: Any, mono: float) -> None:
+        # under the lock
+        if t.exec_attempt != attempt:
+            return
+        t.started_mono = mono
+        if t.hb is not None:
+            t.hb.beat(mono)  # idle time counts from the start, not the launch
+        if pid is not None:
+            t.snap = t.snap.evolve(pid=pid)
+        if t.snap.status is S.STARTING:
+            self._apply(t, self._sm.mark_running, pid=pid, at=at)
+        self._arm_timeouts(t)
+
+    def _settle_pending_starts(self) -> None:
+        """Under the lock: record the starts noted while the lock was busy (in order)."""
+        pending = self._pending_starts
+        while pending:
+            t, attempt, at, mono = pending.popleft()
+            self._started(t, attempt, None, at, mono)
 
     def _on_progress_event(self, t: _Task) -> None:
         p = self._live_progress(t)
@@ -980,42 +1043,75 @@ class Controller:
         return True
 
     def _on_finished(self, t: _Task, attempt: int, outcome: Outcome) -> None:
-        with self._lock:
-            if t.exec_attempt != attempt:
-                # abandoned earlier: its record is sticky; only note that it came back
-                if t.abandoned is not None:
-                    self._event(
-                        t,
-                        TaskWarning(
-                            event_id=self._new_event_id(),
-                            at=self._clock.now(),
-                            task_id=t.snap.task_id,
-                            message=f"abandoned attempt {attempt} returned later ({outcome.kind}); "
-                            "its LOST record stands",
-                        ),
-                    )
-                self._flush_outbox()  # safe under the lock: the bus never calls back in
-                return
-            t.exec_attempt = 0
-            self._executing.discard(t)
-            t.handle = None
-            t.hb = None  # frees the attempt's token and reporter (memory per finished task)
-            self._free_slot(t)
-            if t.live is not None:
-                t.snap = t.snap.evolve(progress=self._live_progress(t))
-            st = t.snap.status
-            if st in TERMINAL:
-                # stopped while paused in place, or forced: the status stands
-                self._end_attempt(t, st, t.snap.failure)
-            else:
-                if st is S.PAUSING:
-                    self._apply(t, self._sm.abort_pause, reason="the attempt ended before pausing")
-                if st is S.STARTING:
-                    self._apply(t, self._sm.mark_running)
-                self._settle_outcome(t, outcome)
-            self._after_status(t)
+        # Flat combining: the report is queued, and whoever holds the lock settles it.
+        # A worker that finds the lock busy does not wait for it (on a free core every
+        # wait is a GIL hand-over); the holder settles queued reports before its next
+        # scheduling pass and re-checks after releasing (see _pump), and the
+        # dispatcher's tick (<= 50 ms) settles whatever is left.
+        self._pending_finishes.append((t, attempt, outcome))
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            self._settle_pending()
             picked = self._pick_for_pump()
+        finally:
+            self._lock.release()
         self._pump(picked)
+
+    def _catch_up(self) -> None:
+        """For readers: settle what was reported while the lock was busy (and schedule
+        what that frees), so a read shows every report made before it."""
+        if self._pending_starts or self._pending_finishes:
+            with self._lock:
+                self._settle_pending()
+                picked = self._pick_for_pump()
+            self._pump(picked)
+
+    def _settle_pending(self) -> None:
+        """Under the lock: record the starts, then the ends, reported while the lock
+        was busy (each queue in arrival order; a task's start precedes its end)."""
+        if self._pending_starts:
+            self._settle_pending_starts()
+        finishes = self._pending_finishes
+        while finishes:
+            t, attempt, outcome = finishes.popleft()
+            self._finished(t, attempt, outcome)
+
+    def _finished(self, t: _Task, attempt: int, outcome: Outcome) -> None:
+        # under the lock
+        if t.exec_attempt != attempt:
+            # abandoned earlier: its record is sticky; only note that it came back
+            if t.abandoned is not None:
+                self._event(
+                    t,
+                    TaskWarning(
+                        event_id=self._new_event_id(),
+                        at=self._clock.now(),
+                        task_id=t.snap.task_id,
+                        message=f"abandoned attempt {attempt} returned later ({outcome.kind}); "
+                        "its LOST record stands",
+                    ),
+                )
+            self._flush_outbox()  # safe under the lock: the bus never calls back in
+            return
+        t.exec_attempt = 0
+        self._executing.discard(t)
+        t.handle = None
+        t.hb = None  # frees the attempt's token and reporter (memory per finished task)
+        self._free_slot(t)
+        if t.live is not None:
+            t.snap = t.snap.evolve(progress=self._live_progress(t))
+        st = t.snap.status
+        if st in TERMINAL:
+            # stopped while paused in place, or forced: the status stands
+            self._end_attempt(t, st, t.snap.failure)
+        else:
+            if st is S.PAUSING:
+                self._apply(t, self._sm.abort_pause, reason="the attempt ended before pausing")
+            if st is S.STARTING:
+                self._apply(t, self._sm.mark_running)
+            self._settle_outcome(t, outcome)
+        self._after_status(t)
 
     def _settle_outcome(self, t: _Task, outcome: Outcome) -> None:
         st = t.snap.status
@@ -1133,6 +1229,8 @@ class Controller:
                     self._wake.wait(wait)
                 if self._closed:
                     return
+                if self._pending_starts or self._pending_finishes:
+                    self._settle_pending()
                 now = self._clock.monotonic()
                 due = []
                 while self._timers and self._timers[0][0] <= now:
@@ -1266,6 +1364,8 @@ class Controller:
 
     def _verb(self, task_id: Any, fn: Callable[[_Task], None]) -> TaskSnapshot:
         with self._lock:
+            if self._pending_starts or self._pending_finishes:
+                self._settle_pending()
             t = self._task(task_id)
             fn(t)
             snap = t.snap
@@ -1595,6 +1695,8 @@ class Controller:
                     done = self._terminal.wait_for(lambda: t.snap.status in TERMINAL, timeout)
                 finally:
                     self._waiters -= 1
+            if done and (t.live is None or not t.exec_attempt):
+                return t.snap  # what get() returns, without taking the lock again
         if not done:
             raise TimeoutError(
                 f"task {t.snap.task_id} ({t.snap.name}) still {t.snap.status} after {timeout}s"
@@ -1719,6 +1821,7 @@ class Controller:
 
     def get(self, task_id: Any) -> TaskSnapshot:
         """The task's snapshot, with the latest progress."""
+        self._catch_up()
         with self._lock:
             t = self._task(task_id)
             snap = t.snap
@@ -1739,6 +1842,7 @@ class Controller:
         statuses = _status_set(status)
         if limit is not None and (not isinstance(limit, int) or limit < 0):
             raise ConfigurationError(f"limit must be an int >= 0, got {limit!r}")
+        self._catch_up()
         with self._lock:
             if ids is not None:
                 pool = [self._tasks[i] for i in ids if i in self._tasks]

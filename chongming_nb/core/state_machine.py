@@ -432,15 +432,24 @@ class StateMachine:
             now=now,
         )
 
-    def mark_running(self, s: TaskSnapshot, *, pid: int | None = None) -> Result:
-        """STARTING -> RUNNING (guard: ``started_at`` is set)."""
+    def mark_running(
+        self, s: TaskSnapshot, *, pid: int | None = None, at: datetime | None = None
+    ) -> Result:
+        """STARTING -> RUNNING (guard: ``started_at`` is set). ``at``: when the executor
+        reported the start, if the transition is recorded later than that."""
         if s.status is not S.STARTING:
             raise self._reject(s, "mark_running", frozenset({S.STARTING}))
         if s.started_at is None:
             raise self._reject(s, "mark_running", frozenset({S.STARTING}), detail="no started_at")
         changes: dict[str, Any] = {} if pid is None else {"pid": pid}
         return self._apply(
-            s, S.RUNNING, trigger="executor:started", actor="executor", reason=None, changes=changes
+            s,
+            S.RUNNING,
+            trigger="executor:started",
+            actor="executor",
+            reason=None,
+            changes=changes,
+            now=at,
         )
 
     def confirm_paused(self, s: TaskSnapshot) -> Result:
