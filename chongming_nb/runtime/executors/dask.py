@@ -9,25 +9,20 @@ worker that dies under a task ends that attempt instead of running it again else
 Channels, all through the scheduler with distributed's own primitives:
 
 * **control** (controller -> workers): one ``distributed.Variable`` per executor holding
-  ``(version, {attempt key: (stop, reason, pause, ack_seq, ack)})`` for the attempts that
-  have something to say. Every change is also pushed to all workers at once
-  (``client.run(_push_control)``, from a pusher thread so that a dying worker never
-  blocks the controller). On each worker one agent thread takes the newest version it
-  has seen (pushed, or read from the Variable once per ``CONTROL_REFRESH`` while that
-  worker runs our attempts, in case a push was missed: versions only grow) and copies it
-  into each attempt's local CancellationToken, so ``ctx.checkpoint()`` stays one
-  attribute check.
+  ``{attempt key: (stop, reason, pause, ack_seq, ack)}`` for the attempts that have
+  something to say. On each worker one agent thread polls it every ``poll_interval``
+  (only while that worker runs our attempts) and copies it into each attempt's local
+  CancellationToken, so ``ctx.checkpoint()`` stays one attribute check.
 * **reports** (workers -> controller): one ``distributed.Queue`` per executor. The agent
   batches progress (throttled), log lines, emits and heartbeats (sampled from the token's
-  beat counter, and sent while paused) into one ``put`` per ``poll_interval``, only when
-  there is something to say; a parent thread waits on the queue at the scheduler (no
-  polling) and calls the Reporter. A short task sends nothing through it at all: what is
+  beat counter, and sent while paused) into one ``put`` per interval; a parent thread
+  drains it and calls the Reporter. A short task sends nothing through it at all: what is
   still unsent when it ends travels back with its result.
 * **result**: the dask future. The parent waits until every report sent before the end
   has been delivered, so ``finished`` is always the last word.
 
 Pause: a checkpoint that sees the pause asks the controller (a "pause" report) and waits
-for the answer in the control state. Forced stop (``on_stop_timeout``): the future is
+for the answer in the control Variable. Forced stop (``on_stop_timeout``): the future is
 cancelled and the worker process that runs it is killed (its nanny starts a fresh one):
 verdict "killed", recorded STOPPED. When that is not possible (no nanny, a worker inside
 this very process, other work on that worker, unknown worker) the verdict is "abandoned"
