@@ -131,12 +131,3 @@ def leaves_a_thread(ctx: TaskContext) -> int:
 
     threading.Thread(target=_left_behind.wait, daemon=True).start()
     return os.getpid()
-
-
-def pushed_version(exec_id: str) -> int | None:
-    """On a dask worker: the newest control version pushed there for ``exec_id``."""
-    from chongming_nb.runtime.executors import dask
-
-    with dask._agents_lock:
-        got = dask._pushed.get(exec_id)
-    return None if got is None else got[0]

@@ -59,11 +59,8 @@ from chongming_nb.runtime.executors.base import (
     run_attempt,
 )
 
-#: How often an agent flushes reports and samples heartbeats (seconds).
+#: How often an agent polls the control Variable and flushes reports (seconds).
 POLL_INTERVAL = 0.05
-#: Control changes are pushed to the workers; an agent also reads the control Variable
-#: this often while it runs attempts, in case a push did not reach it (seconds).
-CONTROL_REFRESH = 1.0
 #: How long the parent waits for reports still in flight when a result arrives.
 REPORT_GRACE = 5.0
 #: An agent with nothing to do for this long ends its thread (seconds).
@@ -121,9 +118,6 @@ class _Agent:
         self.interval = interval
         self.queue = distributed.Queue(f"{exec_id}-reports", client=client)
         self.control = distributed.Variable(f"{exec_id}-control", client=client)
-        self.version = -1
-        self.state: dict[str, tuple[Any, ...]] = {}
-        self.refresh_at = 0.0  # read the Variable at the first tick: pushes may predate us
         self.lock = threading.Lock()
         self.slots: dict[str, _Slot] = {}
         self.wake = threading.Event()
@@ -195,28 +189,9 @@ class _Agent:
         if batch:
             self.queue.put(batch)
         if slots:
-            control = self._control(now)
+            control = self.control.get(timeout=10) or {}
             for s in slots:
                 self._apply(s, control.get(s.key, _NO_CONTROL))
-
-    def _control(self, now: float) -> dict[str, tuple[Any, ...]]:
-        """The newest control state: pushed by the controller (``_push_control``), or read
-        from the Variable once per ``CONTROL_REFRESH`` in case a push was missed."""
-        if now >= self.refresh_at:
-            self.refresh_at = now + CONTROL_REFRESH
-            got = self.control.get(timeout=10)
-            if got:
-                self._take(*got)
-        with _agents_lock:
-            pushed = _pushed.get(self.exec_id)
-        if pushed is not None:
-            self._take(*pushed)
-        return self.state
-
-    def _take(self, version: int, control: dict[str, tuple[Any, ...]]) -> None:
-        # versions only grow: a slow Variable read must not undo a newer push
-        if version > self.version:
-            self.version, self.state = version, control
 
     @staticmethod
     def _apply(s: _Slot, state: tuple[Any, ...]) -> None:
@@ -239,26 +214,6 @@ class _Agent:
 
 _agents: dict[str, _Agent] = {}
 _agents_lock = threading.Lock()
-#: exec_id -> (version, control) as last pushed to this worker (under _agents_lock).
-_pushed: dict[str, tuple[int, dict[str, tuple[Any, ...]]]] = {}
-
-
-def _push_control(exec_id: str, version: int, control: dict[str, tuple[Any, ...]]) -> None:
-    """Runs on every worker (``client.run``) when the controller's control state changed:
-    keep it for this worker's agent (even one not started yet) and wake the agent."""
-    with _agents_lock:
-        cur = _pushed.get(exec_id)
-        if cur is None or version > cur[0]:
-            _pushed[exec_id] = (version, control)
-        agent = _agents.get(exec_id)
-    if agent is not None:
-        agent.wake.set()
-
-
-def _forget_exec(exec_id: str) -> None:
-    """Runs on every worker when the executor shuts down."""
-    with _agents_lock:
-        _pushed.pop(exec_id, None)
 
 
 def _attach(exec_id: str, interval: float, slot: _Slot) -> _Agent:
@@ -449,11 +404,7 @@ class DaskExecutor:
         self._queue: Any = None
         self._variable: Any = None
         self._seq = itertools.count(1)
-        self._version = 0
-        self._reports_thread: threading.Thread | None = None
-        self._push_thread: threading.Thread | None = None
-        self._push_item: tuple[int, dict[str, tuple[Any, ...]]] | None = None
-        self._push_wake = threading.Event()
+        self._next_reports = 0.0
 
     # ------------------------------------------------------------------ setup
 
@@ -484,22 +435,12 @@ class DaskExecutor:
             else:
                 self.client = target
             self._variable = distributed.Variable(f"{self.exec_id}-control", client=self.client)
-            self._variable.set((0, {}))
+            self._variable.set({})
             self._queue = distributed.Queue(f"{self.exec_id}-reports", client=self.client)
             self._thread = threading.Thread(
                 target=self._drain_loop, name=f"chongming-dask-{self.exec_id}", daemon=True
             )
             self._thread.start()
-            self._reports_thread = threading.Thread(
-                target=self._reports_loop,
-                name=f"chongming-dask-reports-{self.exec_id}",
-                daemon=True,
-            )
-            self._reports_thread.start()
-            self._push_thread = threading.Thread(
-                target=self._push_loop, name=f"chongming-dask-push-{self.exec_id}", daemon=True
-            )
-            self._push_thread.start()
             return self.client
 
     def validate(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -571,59 +512,26 @@ class DaskExecutor:
         with self._lock:
             dirty, self._control_dirty = self._control_dirty, False
             control = dict(self._control) if dirty else None
-            done = [h for h in self._handles.values() if h.done_at is not None]
+            active = bool(self._handles)
         if control is not None:
-            self._version += 1
-            self._variable.set((self._version, control))
-            # pushed at once by the pusher thread (a push to a dying worker can block for
-            # the connect timeout: never here); agents read the Variable too, now and
-            # then, in case a push did not reach them
-            with self._lock:
-                self._push_item = (self._version, control)
-            self._push_wake.set()
-        # one snapshot: fetched, then settled (an attempt ending meanwhile waits a round)
+            self._variable.set(control)
+        with self._lock:  # one snapshot: fetched, then settled (a later end waits a round)
+            done = [h for h in self._handles.values() if h.done_at is not None]
         self._fetch_results(done)
-        self._settle_done(done)
-
-    def _push_loop(self) -> None:
-        """Send the newest control state to every worker (older unsent ones are skipped:
-        each push carries the whole state)."""
-        while True:
-            self._push_wake.wait()
-            self._push_wake.clear()
-            if self._closed:
-                return
-            with self._lock:
-                item, self._push_item = self._push_item, None
-            if item is not None:
-                with contextlib.suppress(Exception):
-                    self.client.run(_push_control, self.exec_id, *item, on_error="ignore")
-
-    def _reports_loop(self) -> None:
-        """Deliver the agents' reports as they arrive: a read of the queue waits at the
-        scheduler until there is something (no polling while nothing is said; no timeout
-        either, which the scheduler would log as an error each time). ``shutdown`` puts
-        a None to end the wait."""
-        while not self._closed:
-            try:
-                first = self._queue.get()
-            except Exception:
-                if self._closed:
-                    return
-                time.sleep(self.poll_interval)
-                continue
-            batches = [first]
-            with contextlib.suppress(Exception):
-                batches.extend(self._queue.get(batch=True))
-            for items in batches:
-                for key, msg in items or ():
-                    with self._lock:
-                        h = self._handles.get(key)
+        now = time.monotonic()
+        # the report queue is read once per interval while attempts run, and at once
+        # when a finished attempt still owes reports; a result alone needs no read
+        owed = any(h.result is not None and h.received < h.result["sent"] for h in done)
+        if active and (now >= self._next_reports or owed):
+            self._next_reports = now + self.poll_interval
+            batch = self._queue.get(batch=True)
+            for items in batch:
+                for key, msg in items:
+                    h = self._handles.get(key)
                     if h is not None and not h.killed:
                         self._deliver(h, msg)
-                        with self._lock:
-                            h.received += 1
-            self._wake.set()  # a finished attempt may have been waiting for these
+                        h.received += 1
+        self._settle_done(done)
 
     def _fetch_results(self, done: list[DaskHandle]) -> None:
         """Bring back the results of the attempts whose futures finished (one gather)."""
@@ -740,13 +648,8 @@ class DaskExecutor:
             self._closed = True
             handles = list(self._handles.values())
         self._wake.set()
-        self._push_wake.set()
-        if self._queue is not None:
-            with contextlib.suppress(Exception):
-                self._queue.put(None)  # ends the reports thread's wait
-        for t in (self._thread, self._reports_thread, self._push_thread):
-            if t is not None:
-                t.join(5)
+        if self._thread is not None:
+            self._thread.join(5)
         if self.client is None:
             return
         for h in handles:
@@ -754,9 +657,6 @@ class DaskExecutor:
                 self.client.cancel(h.future)
         with contextlib.suppress(Exception):
             self._variable.delete()
-        if not self._owns_client:  # a cluster we do not close: leave no state on it
-            with contextlib.suppress(Exception):
-                self.client.run(_forget_exec, self.exec_id, on_error="ignore")
         if self._owns_client:
             with contextlib.suppress(Exception):
                 self.client.close()
