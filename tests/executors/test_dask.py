@@ -67,6 +67,22 @@ def test_fifty_tasks_one_paused_one_stopped_progress_visible(ctl: cn.Controller)
     assert ctl.get(squares[0]).progress is not None
 
 
+def test_control_keeps_working_for_the_next_task_after_pause_resume_stop(
+    ctl: cn.Controller,
+) -> None:
+    """A task started after another one was paused, resumed and stopped still starts,
+    pauses and stops (a regression: the second task once stayed STARTING forever)."""
+    for round_ in range(2):
+        h = ctl.submit(T.loop_until_stopped, name=f"loop-{round_}")
+        assert poll_until(lambda h=h: ctl.get(h).status is S.RUNNING, WAIT), ctl.get(h)
+        ctl.pause(h, wait=True)
+        assert ctl.get(h).status is S.PAUSED
+        ctl.resume(h)
+        assert poll_until(lambda h=h: ctl.get(h).status is S.RUNNING, WAIT), ctl.get(h)
+        h.stop()
+        assert h.wait(WAIT).status is S.STOPPED
+
+
 def test_after_and_pipelines(ctl: cn.Controller) -> None:
     a = ctl.submit(T.square, 4)
     b = ctl.submit(T.plus_upstream, "square", 1, after=[a])
