@@ -389,6 +389,18 @@ class Controller:
             t.extra_events.append(ev)
         self._outbox.append(ev)
 
+    def _warn(self, t: _Task, message: str) -> None:
+        """Under the lock: a TaskWarning kept with the task and published."""
+        self._event(
+            t,
+            TaskWarning(
+                event_id=self._new_event_id(),
+                at=self._clock.now(),
+                task_id=t.snap.task_id,
+                message=message,
+            ),
+        )
+
     def _flush_outbox(self) -> None:
         """Hand what was recorded under the lock to the recorder.
 
@@ -1082,15 +1094,10 @@ class Controller:
         if t.exec_attempt != attempt:
             # abandoned earlier: its record is sticky; only note that it came back
             if t.abandoned is not None:
-                self._event(
+                self._warn(
                     t,
-                    TaskWarning(
-                        event_id=self._new_event_id(),
-                        at=self._clock.now(),
-                        task_id=t.snap.task_id,
-                        message=f"abandoned attempt {attempt} returned later ({outcome.kind}); "
-                        "its LOST record stands",
-                    ),
+                    f"abandoned attempt {attempt} returned later ({outcome.kind}); "
+                    "its LOST record stands",
                 )
             self._flush_outbox()  # safe under the lock: the bus never calls back in
             return
@@ -1277,15 +1284,10 @@ class Controller:
                 self._apply(t, self._sm.abort_pause, reason="no checkpoint reached in time")
                 if t.handle is not None:
                     t.handle.resume()
-                self._event(
+                self._warn(
                     t,
-                    TaskWarning(
-                        event_id=self._new_event_id(),
-                        at=self._clock.now(),
-                        task_id=s.task_id,
-                        message="pause rolled back: the task did not reach a checkpoint in time "
-                        "(it keeps running)",
-                    ),
+                    "pause rolled back: the task did not reach a checkpoint in time "
+                    "(it keeps running)",
                 )
         elif kind == "stop":
             if t.exec_attempt == marker and (s.status is S.STOPPING or t.timeout_kind is not None):
@@ -1427,15 +1429,8 @@ class Controller:
             h.request_pause()
             return
         self._apply(t, self._sm.abort_pause, reason=f"the {t.snap.executor} executor cannot pause")
-        self._event(
-            t,
-            TaskWarning(
-                event_id=self._new_event_id(),
-                at=self._clock.now(),
-                task_id=t.snap.task_id,
-                message=f"pause rolled back: the {t.snap.executor} executor "
-                "cannot pause a running task",
-            ),
+        self._warn(
+            t, f"pause rolled back: the {t.snap.executor} executor cannot pause a running task"
         )
 
     def resume(self, task_id: Any, *, actor: str = "user") -> TaskSnapshot:
