@@ -86,7 +86,6 @@ class EventBus:
         self._queue: queue.SimpleQueue[list[Any] | _Flush | None] = queue.SimpleQueue()
         self._lock = threading.Lock()  # guards _subs and _next
         self._persist = persist
-        self._closed = False
         self.subscriber_failures = 0
         #: run id -> observer of its tasks' status changes (RunNote items)
         self.runs: dict[str, RunObserver] = {}
@@ -162,7 +161,6 @@ class EventBus:
         return marker.done.wait(timeout)
 
     def close(self) -> None:
-        self._closed = True
         self._queue.put(None)
 
     def _run(self) -> None:

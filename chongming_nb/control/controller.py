@@ -980,13 +980,6 @@ class Controller:
             self._apply(t, self._sm.mark_running, pid=pid, at=at)
         self._arm_timeouts(t)
 
-    def _settle_pending_starts(self) -> None:
-        """Under the lock: record the starts noted while the lock was busy (in order)."""
-        pending = self._pending_starts
-        while pending:
-            t, attempt, at, mono = pending.popleft()
-            self._started(t, attempt, None, at, mono)
-
     def _on_progress_event(self, t: _Task) -> None:
         p = self._live_progress(t)
         if p is None:
@@ -1082,8 +1075,10 @@ class Controller:
     def _settle_pending(self) -> None:
         """Under the lock: record the starts, then the ends, reported while the lock
         was busy (each queue in arrival order; a task's start precedes its end)."""
-        if self._pending_starts:
-            self._settle_pending_starts()
+        starts = self._pending_starts
+        while starts:
+            t, attempt, at, mono = starts.popleft()
+            self._started(t, attempt, None, at, mono)
         finishes = self._pending_finishes
         while finishes:
             t, attempt, outcome = finishes.popleft()
