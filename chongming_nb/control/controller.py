@@ -357,19 +357,7 @@ class Controller:
         # the event is seen only by subscribers and hooks (the store keeps transitions,
         # and ``ctl.events()`` rebuilds status events from the history)
         if self._bus.listened:
-            self._outbox.append(
-                TaskStatusChanged(
-                    event_id=self._new_event_id(),
-                    at=tr.at,
-                    task_id=tr.task_id,
-                    from_status=tr.from_status,
-                    to_status=tr.to_status,
-                    trigger=tr.trigger,
-                    actor=tr.actor,
-                    reason=tr.reason,
-                    version=tr.version,
-                )
-            )
+            self._outbox.append(_status_event(tr, self._new_event_id()))
         run = new.pipeline_run_id
         if run is not None and run in self._bus.runs:
             self._outbox.append(RunNote(run, tr.task_id, tr.version, tr.to_status))
@@ -1876,18 +1864,7 @@ class Controller:
         with self._lock:
             t = self._task(task_id)
             evs: list[Event] = [
-                TaskStatusChanged(
-                    event_id=f"{tr.task_id}:v{tr.version}",
-                    at=tr.at,
-                    task_id=tr.task_id,
-                    from_status=tr.from_status,
-                    to_status=tr.to_status,
-                    trigger=tr.trigger,
-                    actor=tr.actor,
-                    reason=tr.reason,
-                    version=tr.version,
-                )
-                for tr in t.history
+                _status_event(tr, f"{tr.task_id}:v{tr.version}") for tr in t.history
             ]
             evs.extend(t.extra_events or ())
         evs.sort(key=lambda e: e.at)
@@ -2116,6 +2093,21 @@ def _timeout_seconds(t: Timeout, kind: FailureKind) -> float:
         FailureKind.TIMEOUT_IDLE: t.idle,
     }.get(kind)
     return float(v or 0)
+
+
+def _status_event(tr: Transition, event_id: str) -> TaskStatusChanged:
+    """The event that publishes one accepted transition."""
+    return TaskStatusChanged(
+        event_id=event_id,
+        at=tr.at,
+        task_id=tr.task_id,
+        from_status=tr.from_status,
+        to_status=tr.to_status,
+        trigger=tr.trigger,
+        actor=tr.actor,
+        reason=tr.reason,
+        version=tr.version,
+    )
 
 
 def _describe(value: Any) -> dict[str, Any] | None:
