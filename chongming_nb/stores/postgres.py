@@ -53,6 +53,7 @@ from chongming_nb.stores.protocol import (
     TaskQuery,
     Touch,
     TouchViaTouchMany,
+    WritesViaRecordBatch,
 )
 
 __all__ = ["MIGRATIONS", "PostgresStore"]
@@ -251,7 +252,7 @@ def _row(cur: psycopg.Cursor[Any], values: Sequence[Any]) -> dict[str, Any]:
     return {d.name: v for d, v in zip(cur.description, values, strict=True)}
 
 
-class PostgresStore(TouchViaTouchMany):
+class PostgresStore(TouchViaTouchMany, WritesViaRecordBatch):
     """A ``TaskStore`` in a PostgreSQL schema."""
 
     def __init__(
@@ -385,22 +386,6 @@ class PostgresStore(TouchViaTouchMany):
                 raise self._fail("read failed", exc) from exc
 
     # --------------------------------------------------------- snapshots
-    def create(self, snapshot: TaskSnapshot) -> None:
-        self.save_many([(snapshot, None)])
-
-    def save(self, snapshot: TaskSnapshot, *, expect_version: int) -> None:
-        self.save_many([(snapshot, expect_version)])
-
-    def save_many(
-        self,
-        items: Sequence[SaveItem],
-        transitions: Sequence[Transition] = (),
-        *,
-        attempts: Sequence[AttemptRecord] = (),
-        events: Sequence[EventRecord] = (),
-    ) -> None:
-        self.record_batch(items, transitions, attempts=attempts, events=events)
-
     def record_batch(
         self,
         items: Sequence[SaveItem] = (),

@@ -52,6 +52,7 @@ from chongming_nb.stores.protocol import (
     TaskQuery,
     Touch,
     TouchViaTouchMany,
+    WritesViaRecordBatch,
 )
 
 __all__ = ["MIGRATIONS", "SqliteStore"]
@@ -307,7 +308,7 @@ def _touch(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
         conn.executemany(f"UPDATE tasks SET {cols} WHERE task_id = ?", params)
 
 
-class SqliteStore(TouchViaTouchMany):
+class SqliteStore(TouchViaTouchMany, WritesViaRecordBatch):
     """A ``TaskStore`` in one SQLite file. ``path`` may be ``~``-relative."""
 
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0) -> None:
@@ -490,22 +491,6 @@ class SqliteStore(TouchViaTouchMany):
                 raise self._fail("read failed", exc) from exc
 
     # ------------------------------------------------------------ snapshots
-    def create(self, snapshot: TaskSnapshot) -> None:
-        self.save_many([(snapshot, None)])
-
-    def save(self, snapshot: TaskSnapshot, *, expect_version: int) -> None:
-        self.save_many([(snapshot, expect_version)])
-
-    def save_many(
-        self,
-        items: Sequence[SaveItem],
-        transitions: Sequence[Transition] = (),
-        *,
-        attempts: Sequence[AttemptRecord] = (),
-        events: Sequence[EventRecord] = (),
-    ) -> None:
-        self.record_batch(items, transitions, attempts=attempts, events=events)
-
     def record_batch(
         self,
         items: Sequence[SaveItem] = (),
