@@ -25,6 +25,7 @@ import logging
 import random
 import secrets
 import threading
+import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -1665,16 +1666,42 @@ class Controller:
     def wait(self, task_id: Any, timeout: float | None = None) -> TaskSnapshot:
         """Block until the task is terminal. TimeoutError after ``timeout``; no side effects."""
         t = self._task(task_id)
-        with self._lock:
-            done = t.snap.status in TERMINAL
-            if not done:
+        # real time, like the Condition underneath (a FakeClock does not move by itself)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pending_starts, pending_finishes = self._pending_starts, self._pending_finishes
+
+        def woken() -> bool:
+            # also wake for reports a worker queued because this thread held the lock:
+            # they are settled below, not left to the dispatcher's tick
+            return t.snap.status in TERMINAL or bool(pending_finishes or pending_starts)
+
+        while True:
+            # Reports queued while this thread held the lock (a worker never waits for
+            # it) are settled here, and what they free is launched, before looking.
+            self._catch_up()
+            with self._lock:
+                done = t.snap.status in TERMINAL
+                if done:
+                    if t.live is None or not t.exec_attempt:
+                        snap = t.snap  # what get() returns, without taking the lock again
+                        break
+                    snap = None
+                    break
+                if pending_finishes or pending_starts:
+                    continue
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    snap = None
+                    break
                 self._waiters += 1
                 try:
-                    done = self._terminal.wait_for(lambda: t.snap.status in TERMINAL, timeout)
+                    self._terminal.wait_for(woken, left)
                 finally:
                     self._waiters -= 1
-            if done and (t.live is None or not t.exec_attempt):
-                return t.snap  # what get() returns, without taking the lock again
+        if pending_finishes or pending_starts:
+            self._catch_up()  # queued while this thread held the lock above
+        if done and snap is not None:
+            return snap
         if not done:
             raise TimeoutError(
                 f"task {t.snap.task_id} ({t.snap.name}) still {t.snap.status} after {timeout}s"
