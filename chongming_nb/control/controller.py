@@ -983,7 +983,7 @@ class Controller:
             self._outbox.append(ev)
             if self._store is not None:
                 self._outbox.append(("touch", t.snap.task_id, p))
-        self._flush_outbox()
+        self._unlocked()
 
     def _live_progress(self, t: _Task) -> Progress | None:
         live = t.live
@@ -1005,7 +1005,7 @@ class Controller:
                     payload=payload,
                 ),
             )
-        self._flush_outbox()
+        self._unlocked()
 
     def _on_log(self, t: _Task, stream: str, line: str, level: str | None) -> None:
         now = self._clock.now()
@@ -1026,14 +1026,14 @@ class Controller:
             )
             if self._store is not None:
                 self._outbox.append(("log", t.snap.task_id, rec))
-        self._flush_outbox()
+        self._unlocked()
 
     def _on_pause_reached(self, t: _Task, attempt: int) -> bool:
         with self._lock:
             if t.exec_attempt != attempt or t.snap.status is not S.PAUSING:
                 return False
             self._apply(t, self._sm.confirm_paused)
-        self._flush_outbox()
+        self._unlocked()
         return True
 
     def _on_finished(self, t: _Task, attempt: int, outcome: Outcome) -> None:
@@ -1060,6 +1060,15 @@ class Controller:
                 self._settle_pending()
                 picked = self._pick_for_pump()
             self._pump(picked)
+
+    def _unlocked(self) -> None:
+        """Right after a thread that does not pump released the lock: settle the
+        reports queued while it held it (and launch what they free), else they wait
+        for the dispatcher's tick; and hand the outbox over either way."""
+        if self._pending_starts or self._pending_finishes:
+            self._catch_up()  # flushes the outbox too
+        else:
+            self._flush_outbox()
 
     def _settle_pending(self) -> None:
         """Under the lock: record the starts, then the ends, reported while the lock
