@@ -18,13 +18,11 @@ Exit codes (also in docs/cli.md):
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import math
 import os
 import sys
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields, is_dataclass
 from datetime import UTC, datetime
@@ -370,7 +368,7 @@ class Cli:
         elif verb == "skip" and a.reason:
             args["reason"] = a.reason
         command = Command(
-            command_id=uuid.uuid4().hex,
+            command_id=_new_command_id(),
             task_id=snap.task_id,
             verb=verb,
             args=args,
@@ -432,10 +430,27 @@ class Cli:
 
 
 def _user() -> str:
+    # the variables getpass.getuser() reads first, without importing getpass (and
+    # termios) at every CLI start; getpass only for the password-database fallback
+    for var in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        name = os.environ.get(var)
+        if name:
+            return name
     try:
+        import getpass
+
         return getpass.getuser()
     except Exception:
         return str(os.getuid()) if hasattr(os, "getuid") else "unknown"
+
+
+def _new_command_id() -> str:
+    """A random (version 4) UUID as 32 hex digits, like ``uuid.uuid4().hex``, without
+    importing uuid (and platform) at every CLI start."""
+    b = bytearray(os.urandom(16))
+    b[6] = (b[6] & 0x0F) | 0x40  # version 4
+    b[8] = (b[8] & 0x3F) | 0x80  # RFC 4122 variant
+    return b.hex()
 
 
 def _parse_time(text: str) -> datetime:
@@ -454,7 +469,86 @@ class _Parser(argparse.ArgumentParser):
         raise CliError(EXIT_USAGE, f"{self.prog}: {message}")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _args_ps(ps: argparse.ArgumentParser) -> None:
+    ps.add_argument("--status", action="append", help="only this status (repeatable)")
+    ps.add_argument("--active", action="store_true", help="only non-terminal tasks")
+    ps.add_argument("--tag")
+    ps.add_argument("--name", help="name prefix")
+    ps.add_argument("--run", help="pipeline run id")
+    ps.add_argument("--limit", type=int, default=50, help="at most N rows (0: all)")
+
+
+def _args_task(p: argparse.ArgumentParser) -> None:
+    p.add_argument("task_id")
+
+
+def _args_control(verb: str) -> Callable[[argparse.ArgumentParser], None]:
+    def add(c: argparse.ArgumentParser) -> None:
+        c.add_argument("task_id")
+        c.add_argument("--wait", type=float, default=5.0, help="seconds to wait (default 5)")
+        c.add_argument("--no-wait", action="store_true", help="queue the command and return")
+        if verb == "stop":
+            c.add_argument(
+                "--no-graceful", action="store_true", help="do not wait for a checkpoint"
+            )
+            c.add_argument("--timeout", type=float, help="grace window in seconds")
+        elif verb == "pause":
+            c.add_argument("--timeout", type=float, help="seconds to reach a checkpoint")
+        elif verb == "retry":
+            c.add_argument("--force", action="store_true", help="grant one more attempt")
+        elif verb == "skip":
+            c.add_argument("--reason")
+
+    return add
+
+
+def _args_logs(lg: argparse.ArgumentParser) -> None:
+    lg.add_argument("task_id")
+    lg.add_argument("--limit", type=int, default=0, help="only the last N lines")
+    lg.add_argument("--since", help="only lines after this ISO-8601 time")
+
+
+def _args_events(ev: argparse.ArgumentParser) -> None:
+    ev.add_argument("task_id")
+    ev.add_argument("--type", action="append", help="only this event type (repeatable)")
+    ev.add_argument("--limit", type=int, default=0, help="only the last N events")
+
+
+def _args_export(ex: argparse.ArgumentParser) -> None:
+    ex.add_argument("--format", choices=("csv", "json", "parquet"), required=True)
+    ex.add_argument("--out", required=True, help="output file")
+    ex.add_argument(
+        "--what", choices=("tasks", "attempts", "transitions"), default="tasks", help="table"
+    )
+
+
+#: Subcommand -> (help line, what adds its arguments), in the order ``--help`` lists them.
+_SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
+    "ps": ("list tasks, newest first", _args_ps),
+    "status": ("one task in detail", _args_task),
+    "stop": ("stop a task (gracefully by default)", _args_control("stop")),
+    "pause": ("pause a task at its next checkpoint", _args_control("pause")),
+    "resume": ("resume a paused task", _args_control("resume")),
+    "retry": ("retry a failed/stopped/cancelled/lost task", _args_control("retry")),
+    "skip": ("skip a task that has not run", _args_control("skip")),
+    "logs": ("captured output of a task", _args_logs),
+    "events": ("transitions and events of a task", _args_events),
+    "attempts": ("the attempts of a task", _args_task),
+    "export": ("write tasks, attempts or transitions to a file", _args_export),
+}
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The CLI's argument parser.
+
+    With ``argv``, only the subcommands whose names occur in it as whole words get their
+    arguments; the others are listed (``--help`` shows them all) but left empty. A
+    subcommand name always appears verbatim in the command line that runs it, so the
+    parse is the same as with the full parser, and a CLI start does not pay for a dozen
+    argument sets it will not use (issue 5: command-to-applied latency). Without
+    ``argv``: every subcommand, complete.
+    """
+    wanted = _SUBCOMMANDS.keys() if argv is None else set(argv)
     p = _Parser(
         prog="chongming",
         description="Inspect and control chongming_nb tasks through the shared store.",
@@ -468,60 +562,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="machine-readable JSON output")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-
-    ps = sub.add_parser("ps", help="list tasks, newest first")
-    ps.add_argument("--status", action="append", help="only this status (repeatable)")
-    ps.add_argument("--active", action="store_true", help="only non-terminal tasks")
-    ps.add_argument("--tag")
-    ps.add_argument("--name", help="name prefix")
-    ps.add_argument("--run", help="pipeline run id")
-    ps.add_argument("--limit", type=int, default=50, help="at most N rows (0: all)")
-
-    st = sub.add_parser("status", help="one task in detail")
-    st.add_argument("task_id")
-
-    for verb, text in (
-        ("stop", "stop a task (gracefully by default)"),
-        ("pause", "pause a task at its next checkpoint"),
-        ("resume", "resume a paused task"),
-        ("retry", "retry a failed/stopped/cancelled/lost task"),
-        ("skip", "skip a task that has not run"),
-    ):
-        c = sub.add_parser(verb, help=text)
-        c.add_argument("task_id")
-        c.add_argument("--wait", type=float, default=5.0, help="seconds to wait (default 5)")
-        c.add_argument("--no-wait", action="store_true", help="queue the command and return")
-        if verb == "stop":
-            c.add_argument(
-                "--no-graceful", action="store_true", help="do not wait for a checkpoint"
-            )
-            c.add_argument("--timeout", type=float, help="grace window in seconds")
-        if verb == "pause":
-            c.add_argument("--timeout", type=float, help="seconds to reach a checkpoint")
-        if verb == "retry":
-            c.add_argument("--force", action="store_true", help="grant one more attempt")
-        if verb == "skip":
-            c.add_argument("--reason")
-
-    lg = sub.add_parser("logs", help="captured output of a task")
-    lg.add_argument("task_id")
-    lg.add_argument("--limit", type=int, default=0, help="only the last N lines")
-    lg.add_argument("--since", help="only lines after this ISO-8601 time")
-
-    ev = sub.add_parser("events", help="transitions and events of a task")
-    ev.add_argument("task_id")
-    ev.add_argument("--type", action="append", help="only this event type (repeatable)")
-    ev.add_argument("--limit", type=int, default=0, help="only the last N events")
-
-    at = sub.add_parser("attempts", help="the attempts of a task")
-    at.add_argument("task_id")
-
-    ex = sub.add_parser("export", help="write tasks, attempts or transitions to a file")
-    ex.add_argument("--format", choices=("csv", "json", "parquet"), required=True)
-    ex.add_argument("--out", required=True, help="output file")
-    ex.add_argument(
-        "--what", choices=("tasks", "attempts", "transitions"), default="tasks", help="table"
-    )
+    for name, (text, add_arguments) in _SUBCOMMANDS.items():
+        c = sub.add_parser(name, help=text)
+        if name in wanted:
+            add_arguments(c)
     return p
 
 
@@ -545,7 +589,8 @@ def main(
     cli: Cli | None = None
     try:
         try:
-            args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+            words = list(sys.argv[1:] if argv is None else argv)
+            args = build_parser(words).parse_args(words)
         except SystemExit as exc:  # --help / --version
             return int(exc.code or 0) if isinstance(exc.code, int) else EXIT_OK
         cli = Cli(args, out, err)

@@ -14,7 +14,6 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from chongming_nb.core.errors import StoreError
-from chongming_nb.stores.memory import InMemoryStore
 from chongming_nb.stores.protocol import (
     SCHEMA_VERSION,
     EventRecord,
@@ -28,6 +27,7 @@ from chongming_nb.stores.protocol import (
 from chongming_nb.stores.sqlite import SqliteStore
 
 if TYPE_CHECKING:
+    from chongming_nb.stores.memory import InMemoryStore
     from chongming_nb.stores.postgres import PostgresStore
 
 __all__ = [
@@ -53,7 +53,16 @@ def __getattr__(name: str) -> Any:
         from chongming_nb.stores.postgres import PostgresStore
 
         return PostgresStore
+    # not needed to reach a SQLite file (the chongming CLI): loaded on first use
+    if name == "InMemoryStore":
+        from chongming_nb.stores.memory import InMemoryStore
+
+        return InMemoryStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
 
 def default_store_path() -> str:
@@ -75,6 +84,8 @@ def open_store(target: str | os.PathLike[str] | None = None) -> TaskStore:
     text = raw.strip()
     lower = text.lower()
     if lower in ("memory:", "memory://", ":memory:"):
+        from chongming_nb.stores.memory import InMemoryStore
+
         return InMemoryStore()
     if lower.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
         from chongming_nb.stores.postgres import PostgresStore
