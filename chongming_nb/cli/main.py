@@ -430,17 +430,17 @@ class Cli:
 
 
 def _user() -> str:
-    # the variables getpass.getuser() reads first, without importing getpass (and
-    # termios) at every CLI start; getpass only for the password-database fallback
+    """The login name, found as ``getpass.getuser()`` finds it (the environment, then
+    the password database) without importing getpass and termios at every CLI start."""
     for var in ("LOGNAME", "USER", "LNAME", "USERNAME"):
         name = os.environ.get(var)
         if name:
             return name
     try:
-        import getpass
+        import pwd
 
-        return getpass.getuser()
-    except Exception:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except Exception:  # no pwd module (Windows), or a uid without an entry
         return str(os.getuid()) if hasattr(os, "getuid") else "unknown"
 
 
