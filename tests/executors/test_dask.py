@@ -14,7 +14,7 @@ from chongming_nb.control.pipeline import Pipeline
 from chongming_nb.core.errors import ConfigurationError
 from chongming_nb.core.models import FailureKind
 from chongming_nb.core.states import TaskStatus as S
-from chongming_nb.runtime.executors.dask import DaskExecutor
+from chongming_nb.runtime.executors.dask import REPORT_TOPIC, DaskExecutor
 from chongming_nb.testing.executor_contract import poll_until
 
 WAIT = 90.0
@@ -169,6 +169,12 @@ def test_default_is_a_lazy_local_cluster_sized_for_two_cores(
         def submit(self) -> None:
             raise AssertionError("not used")
 
+        def subscribe_topic(self, topic: str, handler: Any) -> None:
+            made.setdefault("subscribed", []).append(topic)
+
+        def unsubscribe_topic(self, topic: str) -> None:
+            made.setdefault("unsubscribed", []).append(topic)
+
         def close(self) -> None:
             made["client_closed"] = True
 
@@ -196,7 +202,9 @@ def test_default_is_a_lazy_local_cluster_sized_for_two_cores(
         "dashboard_address": None,
     }
     assert isinstance(made["client_target"], FakeCluster)
+    assert made["subscribed"] == [REPORT_TOPIC]  # reports are pushed to us
     ex.shutdown()
+    assert made["unsubscribed"] == [REPORT_TOPIC]
     assert made.get("client_closed") and made.get("cluster_closed")  # ours: we close it
 
 

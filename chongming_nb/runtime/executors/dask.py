@@ -6,23 +6,31 @@ worker that dies under a task ends that attempt instead of running it again else
 ``DaskExecutor("tcp://host:8786")`` or ``DaskExecutor(client)`` uses an existing cluster
 (chongming_nb must be importable on its workers; it is never closed by us).
 
-Channels, all through the scheduler with distributed's own primitives:
+Channels, all pushed through the scheduler's structured events (``log_event`` /
+``subscribe_topic``): nothing polls the scheduler while attempts run.
 
-* **control** (controller -> workers): one ``distributed.Variable`` per executor holding
-  ``{attempt key: (stop, reason, pause, ack_seq, ack)}`` for the attempts that have
-  something to say. On each worker one agent thread polls it every ``poll_interval``
-  (only while that worker runs our attempts) and copies it into each attempt's local
-  CancellationToken, so ``ctx.checkpoint()`` stays one attribute check.
-* **reports** (workers -> controller): one ``distributed.Queue`` per executor. The agent
-  batches progress (throttled), log lines, emits and heartbeats (sampled from the token's
-  beat counter, and sent while paused) into one ``put`` per interval; a parent thread
-  drains it and calls the Reporter. A short task sends nothing through it at all: what is
-  still unsent when it ends travels back with its result.
-* **result**: the dask future. The parent waits until every report sent before the end
-  has been delivered, so ``finished`` is always the last word.
+* **control** (controller -> workers): the controller's state for the attempts that have
+  something to say, ``{attempt key: (stop, reason, pause, ack_seq, ack)}`` with a version,
+  is published on ``CONTROL_TOPIC`` when it changes. Every worker process subscribes
+  once; its handler copies the state into the local CancellationToken of each attempt it
+  runs, so ``ctx.checkpoint()`` stays one attribute check. The same state is kept in one
+  ``distributed.Variable`` per executor, which a worker's agent reads when it starts and
+  then once per ``CONTROL_REFRESH`` while it runs attempts: a push that went missing
+  (the subscription was still on its way, a reconnect) is late, never lost.
+* **reports** (workers -> controller): progress (throttled), log lines, emits and
+  heartbeats of the attempts running in one worker process are batched by that process's
+  agent thread (one event per ``poll_interval`` at most, while there is something to
+  say) and published on ``REPORT_TOPIC``; the controller's client is subscribed, and a
+  kernel-side thread hands them to the Reporter. A short task sends nothing until it ends.
+* **result**: when an attempt ends, what it has not reported yet and its outcome leave
+  the worker as one last event (``INLINE_RESULT_BYTES`` at most for the value; a larger
+  one is fetched from the dask future). A worker's events reach the kernel in the order
+  they were sent, so ``finished`` is always the last word, and the next queued task can
+  start without a gather round trip. The dask future is the backstop: a worker that dies
+  or a task that dask cannot run ends the attempt through it.
 
 Pause: a checkpoint that sees the pause asks the controller (a "pause" report) and waits
-for the answer in the control Variable. Forced stop (``on_stop_timeout``): the future is
+for the answer in the control state. Forced stop (``on_stop_timeout``): the future is
 cancelled and the worker process that runs it is killed (its nanny starts a fresh one):
 verdict "killed", recorded STOPPED. When that is not possible (no nanny, a worker inside
 this very process, other work on that worker, unknown worker) the verdict is "abandoned"
@@ -31,13 +39,16 @@ and the attempt is recorded LOST: it may still be running.
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import functools
 import itertools
 import os
 import pickle
 import secrets
 import threading
 import time
+import weakref
 from dataclasses import replace
 from typing import Any
 
@@ -59,12 +70,24 @@ from chongming_nb.runtime.executors.base import (
     run_attempt,
 )
 
-#: How often an agent polls the control Variable and flushes reports (seconds).
+#: How often an agent flushes reports and samples heartbeats (seconds).
 POLL_INTERVAL = 0.05
-#: How long the parent waits for reports still in flight when a result arrives.
+#: While it runs attempts, an agent also reads the control Variable this often, in case
+#: a pushed change did not reach it (seconds).
+CONTROL_REFRESH = 1.0
+#: A result whose pickle is at most this big travels with the attempt's last report
+#: (larger ones are fetched from the dask future). The scheduler keeps the last events
+#: of a topic (``distributed.admin.low-level-log-length``, 1000 by default).
+INLINE_RESULT_BYTES = 16 * 1024
+#: How long the parent waits for an attempt's last report once its dask future finished.
 REPORT_GRACE = 5.0
 #: An agent with nothing to do for this long ends its thread (seconds).
 AGENT_IDLE_EXIT = 60.0
+#: The scheduler topics, one each for every executor on the cluster (events name their
+#: executor): the scheduler keeps a bounded history per topic, and topics are never
+#: deleted, so a topic per executor would leave one behind for each.
+REPORT_TOPIC = "chongming-nb-reports"
+CONTROL_TOPIC = "chongming-nb-control"
 _NO_CONTROL = (False, None, False, 0, False)
 
 
@@ -78,6 +101,20 @@ def _require_distributed() -> Any:
     return distributed
 
 
+def _dumps_batch(batch: list[tuple[str, tuple[Any, ...]]]) -> bytes:
+    """A batch of reports as bytes (events must be msgpack-able); a message that does not
+    pickle (it should always: the reporter checks) is dropped rather than the batch."""
+    try:
+        return pickle.dumps(batch)
+    except Exception:
+        ok = []
+        for item in batch:
+            with contextlib.suppress(Exception):
+                pickle.dumps(item)
+                ok.append(item)
+        return pickle.dumps(ok)
+
+
 # ---------------------------------------------------------------------------------
 # Worker side
 
@@ -85,23 +122,12 @@ def _require_distributed() -> Any:
 class _Slot:
     """One attempt running on this worker."""
 
-    __slots__ = (
-        "ack",
-        "ack_event",
-        "ack_seen",
-        "beat_at",
-        "beats",
-        "key",
-        "pending",
-        "sent",
-        "token",
-    )
+    __slots__ = ("ack", "ack_event", "ack_seen", "beat_at", "beats", "key", "pending", "token")
 
     def __init__(self, key: str, token: CancellationToken) -> None:
         self.key = key
         self.token = token
         self.pending: list[tuple[Any, ...]] = []
-        self.sent = 0
         self.ack_seen = 0
         self.ack = False
         self.ack_event = threading.Event()
@@ -109,17 +135,40 @@ class _Slot:
         self.beat_at = time.monotonic()
 
 
-class _Agent:
-    """Per worker process and executor: polls control, flushes reports, samples beats."""
+def _apply(s: _Slot, state: tuple[Any, ...]) -> None:
+    """Copy the controller's word for one attempt into its token (idempotent)."""
+    stop, reason, pause, ack_seq, ack = state
+    tok = s.token
+    if stop:
+        if not tok.stop_requested:
+            tok.request_stop(reason)
+        s.ack_event.set()
+    elif pause:
+        if not tok.pause_requested:
+            tok.request_pause()
+    elif tok.pause_requested:
+        tok.resume()
+    if ack_seq > s.ack_seen:
+        s.ack_seen = ack_seq
+        s.ack = bool(ack)
+        s.ack_event.set()
 
-    def __init__(self, exec_id: str, client: Any, interval: float) -> None:
+
+class _Agent:
+    """Per worker and executor: sends reports, samples beats, keeps the control state."""
+
+    def __init__(self, exec_id: str, worker: Any, client: Any, interval: float) -> None:
         distributed = _require_distributed()
         self.exec_id = exec_id
+        self.ident = (exec_id, id(worker))
         self.interval = interval
-        self.queue = distributed.Queue(f"{exec_id}-reports", client=client)
+        self.worker = worker
         self.control = distributed.Variable(f"{exec_id}-control", client=client)
         self.lock = threading.Lock()
         self.slots: dict[str, _Slot] = {}
+        self.version = -1
+        self.state: dict[str, tuple[Any, ...]] = {}
+        self.refresh_at = 0.0  # the first tick reads the Variable: pushes may predate us
         self.wake = threading.Event()
         self.thread = threading.Thread(
             target=self._loop, name=f"chongming-dask-agent-{exec_id}", daemon=True
@@ -129,20 +178,42 @@ class _Agent:
     def add(self, slot: _Slot) -> None:  # under _agents_lock (see _attach)
         with self.lock:
             self.slots[slot.key] = slot
+            _apply(slot, self.state.get(slot.key, _NO_CONTROL))
         self.wake.set()
 
-    def remove(self, slot: _Slot) -> tuple[int, list[tuple[Any, ...]]]:
-        """Forget the attempt; return how many reports were sent and those not yet sent."""
+    def take(self, version: int, state: dict[str, tuple[Any, ...]]) -> None:
+        """A control state, pushed or read: applied unless a newer one was seen."""
         with self.lock:
-            self.slots.pop(slot.key, None)
-            tail, slot.pending = slot.pending, []
-            return slot.sent, tail
+            if version <= self.version:
+                return
+            self.version, self.state = version, state
+            for s in self.slots.values():
+                _apply(s, state.get(s.key, _NO_CONTROL))
 
     def post(self, slot: _Slot, msg: tuple[Any, ...], urgent: bool = False) -> None:
         with self.lock:
             slot.pending.append(msg)
         if urgent:
             self.wake.set()
+
+    def _send(self, batch: list[tuple[str, tuple[Any, ...]]]) -> None:
+        # under self.lock: the order events are handed to the worker is the order they
+        # arrive in (one batched stream to the scheduler, one to the controller)
+        self.worker.log_event(REPORT_TOPIC, [self.exec_id, _dumps_batch(batch)])
+
+    def finish(self, slot: _Slot, wire: dict[str, Any], inline: bool) -> dict[str, Any]:
+        """Forget the attempt and send its last event: what it has not reported yet,
+        then its outcome (``None`` when too big: fetched from the future instead)."""
+        with self.lock:
+            self.slots.pop(slot.key, None)
+            tail, slot.pending = slot.pending, []
+            end = ("end", wire if inline else None)
+            try:
+                self._send([(slot.key, m) for m in tail] + [(slot.key, end)])
+                reported = True
+            except Exception:  # the worker is closing: the future carries it all
+                reported = False
+        return {"outcome": wire, "tail": tail, "reported": reported}
 
     def _loop(self) -> None:
         while True:
@@ -162,69 +233,72 @@ class _Agent:
         with _agents_lock, self.lock:
             if self.slots:
                 return False
-            if _agents.get(self.exec_id) is self:
-                del _agents[self.exec_id]
+            if _agents.get(self.ident) is self:
+                del _agents[self.ident]
             return True
 
     def _tick(self) -> None:
         now = time.monotonic()
         with self.lock:
-            slots = list(self.slots.values())
-        for s in slots:  # heartbeats: a changed beat counter, or paused (not stuck)
-            if (s.token.beats != s.beats or s.token.paused) and (
-                now - s.beat_at >= HEARTBEAT_INTERVAL
-            ):
-                s.beats = s.token.beats
-                s.beat_at = now
-                with self.lock:
-                    s.pending.append(("beat", s.token.paused))
-            s.token.arm_probe()  # after the read: checkpoints answer probes (heartbeat.py)
-        batch: list[tuple[str, tuple[Any, ...]]] = []
-        with self.lock:
+            batch: list[tuple[str, tuple[Any, ...]]] = []
             for s in self.slots.values():
+                tok = s.token
+                # heartbeats: a changed beat counter, or paused (not stuck)
+                if (tok.beats != s.beats or tok.paused) and now - s.beat_at >= HEARTBEAT_INTERVAL:
+                    s.beats = tok.beats
+                    s.beat_at = now
+                    s.pending.append(("beat", tok.paused))
+                tok.arm_probe()  # after the read: checkpoints answer probes (heartbeat.py)
                 if s.pending:
                     batch.extend((s.key, m) for m in s.pending)
-                    s.sent += len(s.pending)
                     s.pending = []
-        if batch:
-            self.queue.put(batch)
-        if slots:
-            control = self.control.get(timeout=10) or {}
-            for s in slots:
-                self._apply(s, control.get(s.key, _NO_CONTROL))
-
-    @staticmethod
-    def _apply(s: _Slot, state: tuple[Any, ...]) -> None:
-        stop, reason, pause, ack_seq, ack = state
-        tok = s.token
-        if stop:
-            if not tok.stop_requested:
-                tok.request_stop(reason)
-            s.ack_event.set()
-        elif pause:
-            if not tok.pause_requested:
-                tok.request_pause()
-        elif tok.pause_requested:
-            tok.resume()
-        if ack_seq > s.ack_seen:
-            s.ack_seen = ack_seq
-            s.ack = bool(ack)
-            s.ack_event.set()
+            if batch:
+                self._send(batch)
+            busy = bool(self.slots)
+        if busy and now >= self.refresh_at:
+            self.refresh_at = now + CONTROL_REFRESH
+            got = self.control.get(timeout=10)
+            if got:
+                self.take(*got)
 
 
-_agents: dict[str, _Agent] = {}
+_agents: dict[tuple[str, int], _Agent] = {}
 _agents_lock = threading.Lock()
+#: id(client) -> the worker clients of this process subscribed to CONTROL_TOPIC.
+_subscribed: dict[int, weakref.ref[Any]] = {}
+
+
+def _on_control(event: tuple[float, Any]) -> None:
+    """On a worker's event loop: a control state pushed by an executor."""
+    try:
+        exec_id, version, blob = event[1]
+    except (TypeError, ValueError):
+        return
+    with _agents_lock:
+        agents = [a for a in _agents.values() if a.exec_id == exec_id]
+    if agents:
+        state = pickle.loads(blob)
+        for a in agents:
+            a.take(version, state)
 
 
 def _attach(exec_id: str, interval: float, slot: _Slot) -> _Agent:
-    """The agent of this worker process for ``exec_id`` (started if needed), with
-    ``slot`` registered; atomic with respect to an idle agent retiring."""
+    """The agent of this worker for ``exec_id`` (started if needed), with ``slot``
+    registered; atomic with respect to an idle agent retiring."""
+    from distributed import get_worker
+
+    worker = get_worker()
     with _agents_lock:
-        a = _agents.get(exec_id)
+        a = _agents.get((exec_id, id(worker)))
         if a is None:
             from distributed import get_client
 
-            a = _agents[exec_id] = _Agent(exec_id, get_client(), interval)
+            client: Any = get_client()
+            ref = _subscribed.get(id(client))
+            if ref is None or ref() is not client:
+                client.subscribe_topic(CONTROL_TOPIC, _on_control)
+                _subscribed[id(client)] = weakref.ref(client)
+            a = _agents[(exec_id, id(worker))] = _Agent(exec_id, worker, client, interval)
         a.add(slot)
         return a
 
@@ -254,21 +328,28 @@ class _WorkerReporter(ChannelReporter):
 def run_on_worker(exec_id: str, key: str, request: ExecutionRequest, interval: float) -> Any:
     """What the dask task actually runs: the attempt, reported back to the controller.
     Never raises: the outcome travels as data."""
-    from distributed import get_worker
-
     token = CancellationToken()
     slot = _Slot(key, token)
     agent = _attach(exec_id, interval, slot)
     reporter = _WorkerReporter(agent, slot, request)
     reporter.pid = os.getpid()
-    with contextlib.suppress(ValueError):
-        reporter.where = get_worker().address
+    reporter.where = getattr(agent.worker, "address", None)
+    outcome = Outcome("crashed", message="the attempt did not end normally on the worker")
     try:
         outcome = run_attempt(request, token, reporter)
     finally:
         reporter.flush_progress()
-        sent, tail = agent.remove(slot)
-    return {"outcome": outcome_to_wire(outcome, pickle.dumps), "sent": sent, "tail": tail}
+        size = 0
+
+        def dumps(obj: Any) -> bytes:
+            nonlocal size
+            data = pickle.dumps(obj)
+            size += len(data)
+            return data
+
+        wire = outcome_to_wire(outcome, dumps)
+        result = agent.finish(slot, wire, inline=size <= INLINE_RESULT_BYTES)
+    return result
 
 
 def _cloudpickle_dumps(obj: Any) -> bytes:
@@ -288,6 +369,46 @@ async def _kill_this_process() -> None:  # runs on the worker chosen for a force
 # ---------------------------------------------------------------------------------
 # Controller side
 
+#: id(client) -> (client, {exec_id: executor}): one report subscription per client (a
+#: client has one handler per topic), shared by the executors that use that client.
+_routes: dict[int, tuple[Any, dict[str, DaskExecutor]]] = {}
+_routes_lock = threading.Lock()
+
+
+def _on_reports(executors: dict[str, DaskExecutor], event: tuple[float, Any]) -> None:
+    """On the client's event loop: hand a batch of reports to its executor's thread."""
+    try:
+        exec_id, blob = event[1]
+    except (TypeError, ValueError):
+        return
+    ex = executors.get(exec_id)
+    if ex is not None:
+        ex._inbox.append(blob)
+        ex._wake.set()
+
+
+def _route(client: Any, ex: DaskExecutor) -> None:
+    with _routes_lock:
+        entry = _routes.get(id(client))
+        if entry is None or entry[0] is not client:
+            entry = _routes[id(client)] = (client, {})
+            # before anything is submitted, on the same stream to the scheduler: no
+            # report of ours can be published before the subscription is in place
+            client.subscribe_topic(REPORT_TOPIC, functools.partial(_on_reports, entry[1]))
+        entry[1][ex.exec_id] = ex
+
+
+def _unroute(client: Any, ex: DaskExecutor) -> None:
+    with _routes_lock:
+        entry = _routes.get(id(client))
+        if entry is None or entry[0] is not client:
+            return
+        entry[1].pop(ex.exec_id, None)
+        if not entry[1]:
+            del _routes[id(client)]
+            with contextlib.suppress(Exception):
+                client.unsubscribe_topic(REPORT_TOPIC)
+
 
 class DaskHandle:
     """Control over one attempt running on a dask worker."""
@@ -301,8 +422,7 @@ class DaskHandle:
         self._ex = executor
         self._reporter = reporter
         self.state: tuple[Any, ...] = _NO_CONTROL
-        self.received = 0
-        self.expected: int | None = None
+        self.ended = False  # its last report arrived (the outcome too, unless too big)
         self.result: dict[str, Any] | None = None
         self.done = threading.Event()
         self.killed = False
@@ -398,13 +518,13 @@ class DaskExecutor:
         self._handles: dict[str, DaskHandle] = {}
         self._control: dict[str, tuple[Any, ...]] = {}
         self._control_dirty = False
+        self._version = 0
+        self._inbox: collections.deque[bytes] = collections.deque()
         self._wake = threading.Event()
         self._closed = False
         self._thread: threading.Thread | None = None
-        self._queue: Any = None
         self._variable: Any = None
         self._seq = itertools.count(1)
-        self._next_reports = 0.0
 
     # ------------------------------------------------------------------ setup
 
@@ -427,21 +547,22 @@ class DaskExecutor:
                         processes=True,
                         dashboard_address=None,
                     )
-                self.client = distributed.Client(self.cluster, set_as_default=False)
+                client = distributed.Client(self.cluster, set_as_default=False)
                 self._owns_client = True
             elif isinstance(target, str):
-                self.client = distributed.Client(target, set_as_default=False)
+                client = distributed.Client(target, set_as_default=False)
                 self._owns_client = True
             else:
-                self.client = target
-            self._variable = distributed.Variable(f"{self.exec_id}-control", client=self.client)
-            self._variable.set({})
-            self._queue = distributed.Queue(f"{self.exec_id}-reports", client=self.client)
+                client = target
+            self._variable = distributed.Variable(f"{self.exec_id}-control", client=client)
+            self._variable.set((0, {}))
+            _route(client, self)
             self._thread = threading.Thread(
                 target=self._drain_loop, name=f"chongming-dask-{self.exec_id}", daemon=True
             )
             self._thread.start()
-            return self.client
+            self.client = client
+            return client
 
     def validate(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Submit-time check: dask must be able to serialise the task (cloudpickle)."""
@@ -480,7 +601,8 @@ class DaskExecutor:
 
     def _future_done(self, handle: DaskHandle) -> None:
         handle.done_at = time.monotonic()
-        self._wake.set()
+        if handle.key in self._handles:  # not settled already by its last report
+            self._wake.set()
 
     def _publish(self, handle: DaskHandle) -> None:
         with self._lock:
@@ -493,53 +615,70 @@ class DaskExecutor:
             self._control_dirty = True
         self._wake.set()
 
+    def _push_control(self, control: dict[str, tuple[Any, ...]]) -> None:
+        """Send the control state to every worker now (an event), and keep it in the
+        Variable for agents that start later or missed the event."""
+        self._version += 1
+        version = self._version
+        self.client.log_event(CONTROL_TOPIC, [self.exec_id, version, pickle.dumps(control)])
+        self._variable.set((version, control))
+
     # ------------------------------------------------------------- the drainer
 
     def _drain_loop(self) -> None:
+        timeout: float | None = None
         while not self._closed:
-            with self._lock:
-                busy = bool(self._handles) or self._control_dirty
-            self._wake.wait(self.poll_interval if busy else 1.0)
+            self._wake.wait(timeout)
             self._wake.clear()
             try:
-                self._drain_once()
+                timeout = self._drain_once()
             except Exception:
                 if self._closed:
                     return
-                time.sleep(self.poll_interval)
+                timeout = self.poll_interval  # the scheduler went away for a moment
 
-    def _drain_once(self) -> None:
+    def _drain_once(self) -> float | None:
+        """Push control changes, deliver reports, settle ended attempts. Returns how long
+        to sleep unless woken (None: until woken)."""
         with self._lock:
             dirty, self._control_dirty = self._control_dirty, False
             control = dict(self._control) if dirty else None
+            # taken before the reports: a future that finished has had its last report
+            # queued before it (same stream), so it is settled by that report below
+            done = [h for h in self._handles.values() if h.done_at is not None]
             active = bool(self._handles)
         if control is not None:
-            self._variable.set(control)
-        with self._lock:  # one snapshot: fetched, then settled (a later end waits a round)
-            done = [h for h in self._handles.values() if h.done_at is not None]
-        self._fetch_results(done)
-        now = time.monotonic()
-        # the report queue is read once per interval while attempts run, and at once
-        # when a finished attempt still owes reports; a result alone needs no read
-        owed = any(h.result is not None and h.received < h.result["sent"] for h in done)
-        if active and (now >= self._next_reports or owed):
-            self._next_reports = now + self.poll_interval
-            batch = self._queue.get(batch=True)
-            for items in batch:
-                for key, msg in items:
-                    h = self._handles.get(key)
-                    if h is not None and not h.killed:
-                        self._deliver(h, msg)
-                        h.received += 1
-        self._settle_done(done)
+            try:
+                self._push_control(control)
+            except Exception:
+                with self._lock:
+                    self._control_dirty = True
+                raise
+        self._deliver_reports()
+        wait = self._settle_done(done)
+        if wait is None and active:
+            wait = 1.0  # a backstop only: everything that matters wakes us
+        return wait
 
-    def _fetch_results(self, done: list[DaskHandle]) -> None:
-        """Bring back the results of the attempts whose futures finished (one gather)."""
-        fetch = [h for h in done if h.result is None and h.future.status == "finished"]
-        if fetch:
-            results = self.client.gather([h.future for h in fetch], errors="skip")
-            for h, r in zip(fetch, results, strict=False):
-                h.result = r
+    def _deliver_reports(self) -> None:
+        inbox = self._inbox
+        while inbox:
+            try:
+                batch = pickle.loads(inbox.popleft())
+            except Exception:  # pragma: no cover - we pickled it ourselves
+                continue
+            for key, msg in batch:
+                h = self._handles.get(key)
+                if h is None or h.killed:
+                    continue
+                if msg[0] != "end":
+                    self._deliver(h, msg)
+                    continue
+                h.ended = True
+                if msg[1] is not None:
+                    self._finish(h, outcome_from_wire(msg[1]))
+                elif h.done_at is not None:
+                    self._wake.set()  # its result is to be fetched: go round again
 
     def _deliver(self, h: DaskHandle, msg: tuple[Any, ...]) -> None:
         kind = msg[0]
@@ -557,31 +696,55 @@ class DaskExecutor:
         with contextlib.suppress(Exception):  # the controller's problem must not stop us
             deliver(("started", None) if kind == "started" else msg, h._reporter, h.token)
 
-    def _settle_done(self, done: list[DaskHandle]) -> None:
-        if not done:
-            return
+    def _finish(self, h: DaskHandle, outcome: Outcome) -> None:
+        self._forget(h)
+        h.token.paused = False
+        h.done.set()
+        h._reporter.finished(outcome)
+        # released only now: the controller has sent the next launch (if any) first, so
+        # the scheduler hears of it without waiting behind this release
+        h.future = None
+
+    def _settle_done(self, done: list[DaskHandle]) -> float | None:
+        """The attempts whose futures finished and that their last report did not settle:
+        a large result (fetched now), a worker that died, a task dask could not run, or a
+        last report still on its way (waited for, ``REPORT_GRACE`` at most)."""
         now = time.monotonic()
+        fetch: list[DaskHandle] = []
+        wait: float | None = None
         for h in done:
+            if h.key not in self._handles:
+                continue  # settled by its last report
             if h.killed:
                 self._forget(h)
+                h.future = None
                 continue
             status = h.future.status
-            if status == "finished" and h.result is not None:
-                sent = h.result["sent"]
-                assert h.done_at is not None
-                if h.received < sent and now - h.done_at < REPORT_GRACE:
-                    continue  # reports still on their way: the result must come last
-                for msg in h.result["tail"]:
-                    self._deliver(h, msg)
-                outcome = outcome_from_wire(h.result["outcome"])
+            if status == "finished":
+                if h.result is None:
+                    fetch.append(h)
             elif status == "cancelled":
-                outcome = Outcome("cancelled", message="cancelled on the dask cluster")
+                self._finish(h, Outcome("cancelled", message="cancelled on the dask cluster"))
             else:
-                outcome = self._error_outcome(h)
-            self._forget(h)
-            h.token.paused = False
-            h.done.set()
-            h._reporter.finished(outcome)
+                self._finish(h, self._error_outcome(h))
+        if fetch:
+            results = self.client.gather([h.future for h in fetch], errors="skip")
+            for h, r in zip(fetch, results, strict=False):
+                h.result = r
+        for h in done:
+            r = h.result
+            if r is None or h.key not in self._handles:
+                continue
+            assert h.done_at is not None
+            if h.ended or not r.get("reported") or now - h.done_at >= REPORT_GRACE:
+                if not h.ended:  # its last report never came: its tail is here too
+                    for msg in r["tail"]:
+                        self._deliver(h, msg)
+                self._finish(h, outcome_from_wire(r["outcome"]))
+            else:
+                left = h.done_at + REPORT_GRACE - now
+                wait = left if wait is None else min(wait, left)
+        return wait
 
     def _error_outcome(self, h: DaskHandle) -> Outcome:
         try:
@@ -608,7 +771,7 @@ class DaskExecutor:
             self._handles.pop(h.key, None)
             if self._control.pop(h.key, None) is not None:
                 self._control_dirty = True
-        h.future = None if h.done.is_set() else h.future
+                self._wake.set()
 
     # -------------------------------------------------------------- forced stop
 
@@ -652,6 +815,7 @@ class DaskExecutor:
             self._thread.join(5)
         if self.client is None:
             return
+        _unroute(self.client, self)
         for h in handles:
             with contextlib.suppress(Exception):
                 self.client.cancel(h.future)
