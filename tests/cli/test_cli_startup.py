@@ -9,6 +9,7 @@ used to import for small conveniences.
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -19,7 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from chongming_nb.cli.main import _SUBCOMMANDS, _new_command_id, _user, build_parser, main
+from chongming_nb.cli.main import (
+    _SUBCOMMANDS,
+    _new_command_id,
+    _terminal_columns,
+    _user,
+    build_parser,
+    main,
+)
 from chongming_nb.core.models import CommandState, TaskSnapshot
 from chongming_nb.core.states import TaskStatus
 from chongming_nb.stores import SqliteStore
@@ -45,9 +53,13 @@ HEAVY_PACKAGES = frozenset(
         "multiprocessing",
         "subprocess",
         "logging",
-        # small, but the CLI had them only for a command id and the user name
+        # small, but the CLI had them only for a command id, the user name and the
+        # terminal width (shutil loads zlib, bz2 and lzma)
         "uuid",
         "getpass",
+        "shutil",
+        "bz2",
+        "lzma",
     }
 )
 
@@ -218,3 +230,20 @@ def test_user_from_the_environment_then_the_password_database(
     for var in ("LOGNAME", "USER", "USERNAME"):
         monkeypatch.delenv(var)
     assert _user() == getpass.getuser() != ""
+
+
+@pytest.mark.parametrize("columns", [None, "60", "132", "0", "-5", "wide"])
+def test_help_width_is_the_one_argparse_would_use(
+    monkeypatch: pytest.MonkeyPatch, columns: str | None
+) -> None:
+    import shutil
+
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    assert _terminal_columns() == shutil.get_terminal_size().columns
+    parser = build_parser()
+    ours = parser.format_help()
+    parser.formatter_class = argparse.HelpFormatter
+    assert ours == parser.format_help()
