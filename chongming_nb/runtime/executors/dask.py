@@ -422,8 +422,9 @@ class DaskHandle:
         self._ex = executor
         self._reporter = reporter
         self.state: tuple[Any, ...] = _NO_CONTROL
-        self.ended = False  # its last report arrived (the outcome too, unless too big)
-        self.result: dict[str, Any] | None = None
+        self.ended = False  # its last report arrived
+        self.outcome: Outcome | None = None  # ... with the outcome (unless too big)
+        self.result: dict[str, Any] | None = None  # fetched from the future
         self.done = threading.Event()
         self.killed = False
         self.done_at: float | None = None
@@ -601,8 +602,7 @@ class DaskExecutor:
 
     def _future_done(self, handle: DaskHandle) -> None:
         handle.done_at = time.monotonic()
-        if handle.key in self._handles:  # not settled already by its last report
-            self._wake.set()
+        self._wake.set()
 
     def _publish(self, handle: DaskHandle) -> None:
         with self._lock:
@@ -643,8 +643,9 @@ class DaskExecutor:
         with self._lock:
             dirty, self._control_dirty = self._control_dirty, False
             control = dict(self._control) if dirty else None
-            # taken before the reports: a future that finished has had its last report
-            # queued before it (same stream), so it is settled by that report below
+            # taken before the reports are read: an attempt whose future finished has
+            # had its last report queued before that (one stream from its worker, one
+            # to us), so it is among the reports read below
             done = [h for h in self._handles.values() if h.done_at is not None]
             active = bool(self._handles)
         if control is not None:
@@ -671,14 +672,13 @@ class DaskExecutor:
                 h = self._handles.get(key)
                 if h is None or h.killed:
                     continue
-                if msg[0] != "end":
+                if msg[0] == "end":
+                    # settled once dask says the task finished too (see _settle_done)
+                    h.ended = True
+                    if msg[1] is not None:
+                        h.outcome = outcome_from_wire(msg[1])
+                else:
                     self._deliver(h, msg)
-                    continue
-                h.ended = True
-                if msg[1] is not None:
-                    self._finish(h, outcome_from_wire(msg[1]))
-                elif h.done_at is not None:
-                    self._wake.set()  # its result is to be fetched: go round again
 
     def _deliver(self, h: DaskHandle, msg: tuple[Any, ...]) -> None:
         kind = msg[0]
@@ -706,22 +706,27 @@ class DaskExecutor:
         h.future = None
 
     def _settle_done(self, done: list[DaskHandle]) -> float | None:
-        """The attempts whose futures finished and that their last report did not settle:
-        a large result (fetched now), a worker that died, a task dask could not run, or a
-        last report still on its way (waited for, ``REPORT_GRACE`` at most)."""
+        """Settle the attempts whose futures finished. An attempt is settled when dask
+        has seen its task end, not as soon as its last report arrives: the next launch
+        must find the scheduler knowing that worker is free (sent earlier, it would be
+        queued behind a busy worker). Its outcome came with that report, or is fetched
+        from the future (too large; or the report has not come within REPORT_GRACE);
+        a worker that died or a task dask could not run ends it through the future."""
         now = time.monotonic()
         fetch: list[DaskHandle] = []
         wait: float | None = None
         for h in done:
             if h.key not in self._handles:
-                continue  # settled by its last report
+                continue
             if h.killed:
                 self._forget(h)
                 h.future = None
                 continue
             status = h.future.status
             if status == "finished":
-                if h.result is None:
+                if h.outcome is not None:
+                    self._finish(h, h.outcome)
+                elif h.result is None:
                     fetch.append(h)
             elif status == "cancelled":
                 self._finish(h, Outcome("cancelled", message="cancelled on the dask cluster"))
