@@ -521,6 +521,10 @@ class DaskExecutor:
         self._control_dirty = False
         self._version = 0
         self._inbox: collections.deque[bytes] = collections.deque()
+        # futures that finished, in order (appended by dask's callback thread), and the
+        # attempts among them still waiting for their last report
+        self._done: collections.deque[DaskHandle] = collections.deque()
+        self._waiting: list[DaskHandle] = []
         self._wake = threading.Event()
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -602,6 +606,7 @@ class DaskExecutor:
 
     def _future_done(self, handle: DaskHandle) -> None:
         handle.done_at = time.monotonic()
+        self._done.append(handle)
         self._wake.set()
 
     def _publish(self, handle: DaskHandle) -> None:
@@ -643,11 +648,13 @@ class DaskExecutor:
         with self._lock:
             dirty, self._control_dirty = self._control_dirty, False
             control = dict(self._control) if dirty else None
-            # taken before the reports are read: an attempt whose future finished has
-            # had its last report queued before that (one stream from its worker, one
-            # to us), so it is among the reports read below
-            done = [h for h in self._handles.values() if h.done_at is not None]
             active = bool(self._handles)
+        # taken before the reports are read: an attempt whose future finished has had its
+        # last report queued before that (one stream from its worker, one to us), so it
+        # is among the reports read below
+        done = self._waiting  # kept there until settled: an error leaves them for later
+        while self._done:
+            done.append(self._done.popleft())
         if control is not None:
             try:
                 self._push_control(control)
@@ -712,6 +719,12 @@ class DaskExecutor:
         queued behind a busy worker). Its outcome came with that report, or is fetched
         from the future (too large; or the report has not come within REPORT_GRACE);
         a worker that died or a task dask could not run ends it through the future."""
+        try:
+            return self._settle(done)
+        finally:
+            self._waiting = [h for h in done if h.key in self._handles]
+
+    def _settle(self, done: list[DaskHandle]) -> float | None:
         now = time.monotonic()
         fetch: list[DaskHandle] = []
         wait: float | None = None
