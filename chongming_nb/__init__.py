@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from chongming_nb.control.controller import Controller
     from chongming_nb.control.handle import TaskHandle
     from chongming_nb.control.kernel import get_controller
+    from chongming_nb.control.pipeline import Node, Pipeline, PipelineRun, PipelineRunStatus
     from chongming_nb.control.reader import StoreReader, open_store
     from chongming_nb.control.spec import TaskRegistry, TaskSpec, task
     from chongming_nb.core.events import (
@@ -76,7 +77,10 @@ if TYPE_CHECKING:
     from chongming_nb.runtime.cancellation import CancellationToken
     from chongming_nb.runtime.context import TaskContext
     from chongming_nb.runtime.executors import InlineExecutor, ThreadExecutor
+    from chongming_nb.runtime.executors.dask import DaskExecutor as DaskExecutor
+    from chongming_nb.runtime.executors.process import ProcessExecutor
     from chongming_nb.stores import InMemoryStore, SqliteStore
+    from chongming_nb.stores.postgres import PostgresStore as PostgresStore
 
 #: Names loaded on first use, by module. The states, models, errors and state machine
 #: above are all the ``chongming`` CLI needs: it must not pay for the controller, the
