@@ -23,7 +23,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import fields, is_dataclass
 from datetime import UTC, datetime
 from enum import Enum
@@ -575,17 +575,10 @@ _SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] =
 }
 
 
-def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
-    """The CLI's argument parser.
-
-    With ``argv``, only the subcommands whose names occur in it as whole words get their
-    arguments; the others are listed (``--help`` shows them all) but left empty. A
-    subcommand name always appears verbatim in the command line that runs it, so the
-    parse is the same as with the full parser, and a CLI start does not pay for a dozen
-    argument sets it will not use (issue 5: command-to-applied latency). Without
-    ``argv``: every subcommand, complete.
-    """
-    wanted = _SUBCOMMANDS.keys() if argv is None else set(argv)
+def build_parser(only: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The CLI's argument parser: every subcommand, or only those named in ``only``
+    (a parser for one command line: see ``parse_args``; its help and its error messages
+    list only those subcommands)."""
     p = _Parser(
         prog="chongming",
         description="Inspect and control chongming_nb tasks through the shared store.",
@@ -600,10 +593,26 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable JSON output")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name, (text, add_arguments) in _SUBCOMMANDS.items():
-        c = sub.add_parser(name, help=text)
-        if name in wanted:
-            add_arguments(c)
+        if only is None or name in only:
+            add_arguments(sub.add_parser(name, help=text))
     return p
+
+
+def parse_args(words: Sequence[str]) -> argparse.Namespace:
+    """Parse a command line exactly as the full parser does, building only what it needs.
+
+    argparse makes a parser object per subcommand, and a dozen of them are a visible
+    share of a CLI start (issue 5: command-to-applied latency). The subcommand a command
+    line runs is always one of its words, so a parser with just the subcommands named in
+    ``words`` parses it to the same result. Help, and any usage error, come from the
+    full parser, so they list every subcommand.
+    """
+    if not any(w.startswith(("-h", "--h")) for w in words):  # help, or a prefix of --help
+        try:
+            return build_parser(set(words)).parse_args(words)
+        except CliError:
+            pass  # worded by the full parser below
+    return build_parser().parse_args(words)
 
 
 _HANDLERS: dict[str, Callable[[Cli], int]] = {
@@ -626,8 +635,7 @@ def main(
     cli: Cli | None = None
     try:
         try:
-            words = list(sys.argv[1:] if argv is None else argv)
-            args = build_parser(words).parse_args(words)
+            args = parse_args(list(sys.argv[1:] if argv is None else argv))
         except SystemExit as exc:  # --help / --version
             return int(exc.code or 0) if isinstance(exc.code, int) else EXIT_OK
         cli = Cli(args, out, err)

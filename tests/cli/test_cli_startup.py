@@ -10,6 +10,7 @@ used to import for small conveniences.
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import subprocess
 import sys
@@ -22,11 +23,14 @@ import pytest
 
 from chongming_nb.cli.main import (
     _SUBCOMMANDS,
+    EXIT_USAGE,
+    CliError,
     _new_command_id,
     _terminal_columns,
     _user,
     build_parser,
     main,
+    parse_args,
 )
 from chongming_nb.core.models import CommandState, TaskSnapshot
 from chongming_nb.core.states import TaskStatus
@@ -180,12 +184,52 @@ ARGVS = [
 
 
 @pytest.mark.parametrize("argv", ARGVS, ids=lambda a: " ".join(a))
-def test_parser_for_the_command_line_parses_like_the_full_parser(argv: list[str]) -> None:
-    assert vars(build_parser(argv).parse_args(argv)) == vars(build_parser().parse_args(argv))
+def test_a_command_line_parses_as_with_the_full_parser(argv: list[str]) -> None:
+    assert vars(parse_args(argv)) == vars(build_parser().parse_args(argv))
 
 
-def test_help_is_the_same_as_with_the_full_parser(capsys: pytest.CaptureFixture[str]) -> None:
-    assert build_parser(["--help"]).format_help() == build_parser().format_help()
+def test_only_the_named_subcommands_are_built() -> None:
+    """What makes a start cheaper: no parser objects for subcommands not in the line."""
+    sub = next(a for a in build_parser({"pause", "x"})._actions if a.dest == "command")
+    assert list(sub.choices or ()) == ["pause"]
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    assert list(sub.choices or ()) == list(_SUBCOMMANDS)
+
+
+def _full_parser_error(argv: list[str]) -> str:
+    with pytest.raises(CliError) as info:
+        build_parser().parse_args(argv)
+    return f"chongming: {info.value}\n"
+
+
+BAD_ARGVS = [
+    [],
+    ["frobnicate"],
+    ["frobnicate", "pause"],  # a valid name later in the line
+    ["pause"],
+    ["pause", "x", "--bogus"],
+    ["ps", "--limit", "many"],
+    ["--json"],
+    ["export", "--format", "xml", "--out", "o"],
+    ["status", "x", "y"],
+]
+
+
+@pytest.mark.parametrize("argv", BAD_ARGVS, ids=lambda a: " ".join(a) or "(empty)")
+def test_usage_errors_are_worded_by_the_full_parser(argv: list[str]) -> None:
+    err = io.StringIO()
+    assert main(argv, out=io.StringIO(), err=err) == EXIT_USAGE
+    assert err.getvalue() == _full_parser_error(argv)
+
+
+def test_help_is_the_full_parsers(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["--help"], ["-h"], ["--he"], ["--json", "--help", "ps"]):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(argv)
+        full = capsys.readouterr().out
+        assert main(argv) == 0
+        assert capsys.readouterr().out == full, argv
+        assert all(name in full for name in _SUBCOMMANDS)
     for name in _SUBCOMMANDS:
         with pytest.raises(SystemExit):
             build_parser().parse_args([name, "--help"])
@@ -193,17 +237,6 @@ def test_help_is_the_same_as_with_the_full_parser(capsys: pytest.CaptureFixture[
         assert main([name, "--help"]) == 0
         assert capsys.readouterr().out == full, name
         assert "usage: chongming " + name in full
-
-
-def test_errors_of_a_lazily_built_subcommand_name_it() -> None:
-    import io
-
-    err = io.StringIO()
-    assert main(["pause"], out=io.StringIO(), err=err) == 2
-    assert "pause" in err.getvalue() and "task_id" in err.getvalue()
-    err = io.StringIO()
-    assert main(["ps", "--bogus"], out=io.StringIO(), err=err) == 2
-    assert "--bogus" in err.getvalue()
 
 
 def test_command_ids_are_random_uuid4_hex() -> None:
