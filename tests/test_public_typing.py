@@ -12,11 +12,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
+from mypy import api
 
 import chongming_nb as cn
-
-api = pytest.importorskip("mypy.api")
 
 ROOT = Path(__file__).resolve().parents[1]
 
