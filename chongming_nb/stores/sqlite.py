@@ -22,11 +22,10 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from datetime import datetime, timedelta
 from itertools import chain
-from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +40,7 @@ from chongming_nb.core.models import (
 from chongming_nb.core.states import TERMINAL, TaskStatus
 from chongming_nb.stores import _codec as codec
 from chongming_nb.stores import _sql
+from chongming_nb.stores._codec import encode
 from chongming_nb.stores._sql import SQLITE, task_order, task_where
 from chongming_nb.stores.protocol import (
     SCHEMA_VERSION,
@@ -216,39 +216,158 @@ MIGRATIONS: dict[int, list[str]] = {
 }
 
 
-class _Insert:
-    """An INSERT of many rows: full chunks of ``_CHUNK`` rows as one multi-row VALUES
-    statement (one statement step, one AUTOINCREMENT bookkeeping write per chunk
-    instead of per row), the rest through ``executemany``. Rows land in order."""
+# ------------------------------------------------------------------ batch writes
+#
+# The recorder writes each batch from a thread that shares the GIL with the controller
+# and the workers, so what it does in Python (and what sqlite3 does while binding
+# values, which holds the GIL too) slows all of them. Two things keep a batch cheap:
+#
+# * few statement steps: sqlite3 releases the GIL for every step, and the recorder
+#   then waits to take it back (up to the interpreter's switch interval, 5 ms, while
+#   other threads run Python), so rows go many to a statement (``_SIZES``): thousands
+#   of rows in a handful of steps;
+# * little binding: sqlite3 binds an exact int, float, str or bytes directly but sends
+#   None and bool through its adapter registry, at several times the cost. A task row
+#   is mostly None; so are a transition's reason and an attempt's failure fields. A
+#   row whose such columns are all at their usual value (None, or False for a flag)
+#   binds only its other columns, and the statement has the usual values as literals
+#   (``_usual_task``, ``_usual_transitions``, ``_usual_attempt``); any other row is
+#   built by the shared, checking builders of ``_sql`` and binds every column.
 
-    __slots__ = ("many", "one")
-
-    def __init__(self, head: str, ncols: int) -> None:
-        row = "(" + ", ".join("?" for _ in range(ncols)) + ")"
-        self.one = f"{head} VALUES {row}"
-        self.many = f"{head} VALUES {', '.join([row] * _CHUNK)}"
-
-    def run(self, conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
-        full = len(rows) - len(rows) % _CHUNK
-        for i in range(0, full, _CHUNK):
-            conn.execute(self.many, list(chain.from_iterable(rows[i : i + _CHUNK])))
-        if full < len(rows):
-            conn.executemany(self.one, rows[full:] if full else rows)
+#: Rows per statement, largest first; what is left after the smallest size goes one
+#: row per step. 256 rows of 28 task columns stay far below SQLite's limit of 32766
+#: parameters.
+_SIZES = (256, 64, 16, 4)
 
 
-#: Rows per multi-row INSERT (28 task columns x 32 rows stays far below SQLite's limit
-#: of 32766 parameters).
-_CHUNK = 32
+class _Many:
+    """A statement for any number of rows: ``build(n)`` writes it for ``n`` rows."""
 
-_INSERT_TASK = _Insert(
-    f"INSERT INTO tasks ({', '.join(codec.TASK_COLUMNS)})", len(codec.TASK_COLUMNS)
-)
-#: task_id comes first in the columns: an update row is the row without it, then
-#: task_id and the expected version.
+    __slots__ = ("build", "statements")
+
+    def __init__(self, build: Callable[[int], str]) -> None:
+        self.build = build
+        self.statements: dict[int, str] = {}
+
+    def sql(self, n: int) -> str:
+        got = self.statements.get(n)
+        if got is None:
+            got = self.statements[n] = self.build(n)
+        return got
+
+    def run(self, conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> int:
+        """Execute ``rows`` in order, in few steps; how many rows they changed."""
+        changed = 0
+        i, n = 0, len(rows)
+        for size in _SIZES:
+            if n - i >= size:
+                sql = self.sql(size)
+                while n - i >= size:
+                    changed += conn.execute(
+                        sql, list(chain.from_iterable(rows[i : i + size]))
+                    ).rowcount
+                    i += size
+        if i < n:
+            changed += conn.executemany(self.sql(1), rows[i:]).rowcount
+        return changed
+
+
+def _literal(value: bool | None) -> str:
+    return "NULL" if value is None else str(int(value))
+
+
+def _insert(head: str, bound: Sequence[str], usual: Mapping[str, bool | None] = {}) -> _Many:
+    """``head (<bound>, <usual>) VALUES (?, ..., <usual literals>), ...`` (``head`` is
+    ``INSERT [OR ...] INTO table``)."""
+    names = ", ".join([*bound, *usual])
+    row = "(" + ", ".join(["?"] * len(bound) + [_literal(v) for v in usual.values()]) + ")"
+    return _Many(lambda n: f"{head} ({names}) VALUES {', '.join([row] * n)}")
+
+
+def _update(values: Sequence[str], assignments: str, where: str) -> _Many:
+    """``UPDATE tasks SET <assignments> FROM (VALUES (...), ...) AS v WHERE <where>``,
+    where ``{name}`` in ``assignments`` and ``where`` stands for the column of ``v``
+    that holds the row's value ``name`` (rows are in the order of ``values``). Each row
+    must match at most one task (task_id is unique; a batch updates a task once)."""
+    refs = {name: f"v.column{k + 1}" for k, name in enumerate(values)}
+    sets, cond = assignments.format_map(refs), where.format_map(refs)
+    row = "(" + ", ".join("?" for _ in values) + ")"
+    return _Many(
+        lambda n: f"UPDATE tasks SET {sets} FROM (VALUES {', '.join([row] * n)}) AS v WHERE {cond}"
+    )
+
+
+#: Task columns with their usual value, and the other ones (``task_id`` first): what a
+#: usual row binds, in the order ``_usual_task`` gives them.
+_TASK_USUAL: dict[str, bool | None] = {
+    "pipeline_run_id": None,
+    "requested_action": None,
+    "retry_at": None,
+    "progress": None,
+    "failure": None,
+    "pid": None,
+    "idempotency_key": None,
+    "bucket": None,
+    "bucket_key": None,
+    "lease_owner": None,
+    "lease_until": None,
+    "overridden": False,
+}
+_TASK_CORE = tuple(c for c in codec.TASK_COLUMNS if c not in _TASK_USUAL)
+
+
+def _usual_task(s: TaskSnapshot, tx: _sql.Times) -> tuple[Any, ...] | None:
+    """The ``_TASK_CORE`` values of ``s`` if its other columns are at their usual
+    values, else None (and None whenever a value needs the checking builder)."""
+    if not (
+        s.pipeline_run_id is None
+        and s.requested_action is None
+        and s.retry_at is None
+        and s.progress is None
+        and s.failure is None
+        and s.pid is None
+        and s.idempotency_key is None
+        and s.bucket is None
+        and s.bucket_key is None
+        and s.lease_owner is None
+        and s.lease_until is None
+        and not s.overridden
+    ):
+        return None
+    out, tags, deps = s.outcome, s.tags, s.deps
+    if out is not None and out.__class__ is not dict:
+        return None
+    return (
+        s.task_id,
+        s.name,
+        encode(sorted(tags)) if tags else "[]",
+        s.status._value_,
+        s.status_version,
+        s.attempt,
+        s.max_attempts,
+        tx(s.created_at),
+        tx(s.queued_at),
+        tx(s.started_at),
+        tx(s.ended_at),
+        tx(s.last_heartbeat_at),
+        None if out is None else encode(out),
+        s.executor,
+        s.priority,
+        encode(list(deps)) if deps else "[]",
+    )
+
+
+_INSERT_TASK = _insert("INSERT INTO tasks", codec.TASK_COLUMNS)
+_INSERT_USUAL_TASK = _insert("INSERT INTO tasks", _TASK_CORE, _TASK_USUAL)
+
+#: task_id comes first in the columns: an update row (``_sql.task_rows``) is the row
+#: without it, then task_id and the expected version.
 _UPDATE_COLS = codec.TASK_COLUMNS[1:]
-_UPDATE_TASK = (
-    f"UPDATE tasks SET {', '.join(f'{c} = ?' for c in _UPDATE_COLS)} "
-    "WHERE task_id = ? AND status_version = ?"
+_UPDATE_VALUES = (*_UPDATE_COLS, "task_id", "expect")
+_UPDATE_TASK = _update(
+    _UPDATE_VALUES,
+    ", ".join(f"{c} = {{{c}}}" for c in _UPDATE_COLS),
+    "tasks.task_id = {task_id} AND tasks.status_version = {expect}",
 )
 #: Indexed columns that a task keeps from its creation on (almost always). The usual
 #: update leaves them out of SET -- SQLite rewrites the entry of every index with a
@@ -256,30 +375,108 @@ _UPDATE_TASK = (
 #: a row matches only when the narrow update leaves it exactly equal to the full one.
 #: When not every row matches, the batch's updates are redone in full.
 _KEPT = ("pipeline_run_id", "created_at", "bucket", "lease_owner")
-_HOT = tuple(c for c in _UPDATE_COLS if c not in _KEPT)
-_UPDATE_HOT = (
-    f"UPDATE tasks SET {', '.join(f'{c} = ?' for c in _HOT)} "
-    "WHERE task_id = ? AND status_version = ? AND " + " AND ".join(f"{c} IS ?" for c in _KEPT)
+_UPDATE_HOT = _update(
+    _UPDATE_VALUES,
+    ", ".join(f"{c} = {{{c}}}" for c in _UPDATE_COLS if c not in _KEPT),
+    "tasks.task_id = {task_id} AND tasks.status_version = {expect}"
+    + "".join(f" AND tasks.{c} IS {{{c}}}" for c in _KEPT),
 )
-#: An update row -> the parameters of ``_UPDATE_HOT``.
-_HOT_PARAMS = itemgetter(
-    *[_UPDATE_COLS.index(c) for c in _HOT],
-    *[len(_UPDATE_COLS), len(_UPDATE_COLS) + 1],  # task_id, expected version
-    *[_UPDATE_COLS.index(c) for c in _KEPT],
+#: The same for a usual row: its values are ``_usual_task``'s, then the expected version.
+_UPDATE_USUAL = _update(
+    (*_TASK_CORE, "expect"),
+    ", ".join(
+        [f"{c} = {{{c}}}" for c in _TASK_CORE if c not in _KEPT and c != "task_id"]
+        + [f"{c} = {_literal(v)}" for c, v in _TASK_USUAL.items() if c not in _KEPT]
+    ),
+    "tasks.task_id = {task_id} AND tasks.status_version = {expect}"
+    + "".join(
+        f" AND tasks.{c} IS {{{c}}}" if c in _TASK_CORE else f" AND tasks.{c} IS NULL"
+        for c in _KEPT
+    ),
 )
 _SELECT_TASK = f"SELECT {', '.join(codec.TASK_COLUMNS)} FROM tasks"
-_INSERT_TRANSITION = _Insert(
-    f"INSERT OR IGNORE INTO transitions ({', '.join(codec.TRANSITION_COLUMNS)})",
-    len(codec.TRANSITION_COLUMNS),
+
+_TRANSITION_USUAL: dict[str, bool | None] = {"reason": None, "override": False}
+_INSERT_TRANSITION = _insert("INSERT OR IGNORE INTO transitions", codec.TRANSITION_COLUMNS)
+_INSERT_USUAL_TRANSITION = _insert(
+    "INSERT OR IGNORE INTO transitions",
+    [c for c in codec.TRANSITION_COLUMNS if c not in _TRANSITION_USUAL],
+    _TRANSITION_USUAL,
 )
-_UPSERT_ATTEMPT = _Insert(
-    f"INSERT OR REPLACE INTO attempts ({', '.join(codec.ATTEMPT_COLUMNS)})",
-    len(codec.ATTEMPT_COLUMNS),
+
+
+def _usual_transitions(
+    transitions: Sequence[Transition], tx: _sql.Times
+) -> tuple[list[tuple[Any, ...]], list[Transition]]:
+    """(rows of the transitions without a reason or override, in the columns of
+    ``_INSERT_USUAL_TRANSITION``; the other transitions, for the checking builder)."""
+    usual: list[tuple[Any, ...]] = []
+    other: list[Transition] = []
+    add = usual.append
+    for t in transitions:
+        if t.reason is None and not t.override:
+            try:
+                at = tx(t.at)
+                if at is not None:
+                    add(
+                        (
+                            t.task_id,
+                            t.version,
+                            t.from_status._value_,
+                            t.to_status._value_,
+                            t.trigger,
+                            t.actor,
+                            at,
+                        )
+                    )
+                    continue
+            except Exception:  # the checking builder names what is wrong
+                pass
+        other.append(t)
+    return usual, other
+
+
+_ATTEMPT_USUAL: dict[str, bool | None] = {
+    "failure_kind": None,
+    "failure_message": None,
+    "traceback": None,
+    "abandoned": False,
+    "exit_code": None,
+}
+_UPSERT_ATTEMPT = _insert("INSERT OR REPLACE INTO attempts", codec.ATTEMPT_COLUMNS)
+_UPSERT_USUAL_ATTEMPT = _insert(
+    "INSERT OR REPLACE INTO attempts",
+    [c for c in codec.ATTEMPT_COLUMNS if c not in _ATTEMPT_USUAL],
+    _ATTEMPT_USUAL,
 )
-_INSERT_EVENT = _Insert(
-    f"INSERT OR IGNORE INTO events ({', '.join(codec.EVENT_COLUMNS)})", len(codec.EVENT_COLUMNS)
-)
-_INSERT_LOG = _Insert("INSERT INTO logs (task_id, at, stream, line, level)", 5)
+
+
+def _usual_attempt(a: AttemptRecord, tx: _sql.Times) -> tuple[Any, ...] | None:
+    """``a`` in the columns of ``_UPSERT_USUAL_ATTEMPT`` if it has no failure and no
+    exit code and was not abandoned, else None."""
+    if (
+        a.failure_kind is None
+        and a.failure_message is None
+        and a.traceback is None
+        and not a.abandoned
+        and a.exit_code is None
+    ):
+        started, outcome = tx(a.started_at), a.outcome
+        if started is not None:
+            return (
+                a.task_id,
+                a.attempt,
+                started,
+                tx(a.ended_at),
+                None if outcome is None else outcome._value_,
+                a.executor,
+            )
+    return None
+
+
+_INSERT_EVENT = _insert("INSERT OR IGNORE INTO events", codec.EVENT_COLUMNS)
+_INSERT_LOG = _insert("INSERT INTO logs", ("task_id", "at", "stream", "line", "level"))
+
 _TOUCH_COLUMNS = ("progress", "last_heartbeat_at", "lease_owner", "lease_until", "pid")
 
 _COMMAND_COLS = ", ".join(codec.COMMAND_COLUMNS)
@@ -506,13 +703,44 @@ class SqliteStore(TouchViaTouchMany, WritesViaRecordBatch):
         ``clear_attempts`` of ``clears`` first, then ``save_many(items, transitions,
         attempts=..., events=...)``, then ``append_logs`` of each ``(task_id, lines)``,
         then ``touch_many(touches)``; errors as those methods raise them."""
-        # Hot path of every controller batch: rows are tuples in column order, each
-        # distinct instant is formatted once per batch, and each kind of row goes to
-        # SQLite in few statements.
+        # Hot path of every controller batch (see "batch writes" above): rows are
+        # tuples, each distinct instant is formatted once per batch, usual rows bind
+        # only their unusual columns, and each kind of row goes in few steps.
         tx, safe = _sql.text_times(), codec.dt_to_text
-        creates, updates = _sql.task_rows(items, tx, safe)
-        trows = _sql.transition_rows(transitions, tx, safe)
-        arows = _sql.attempt_rows(attempts, tx, safe)
+        creates: list[tuple[_Many, list[tuple[Any, ...]]]] = []  # runs, in order
+        usual_updates: list[tuple[Any, ...]] = []
+        other_updates: list[tuple[Any, ...]] = []
+        saved: list[SaveItem] = []
+        for snap, expect in _sql.collapse(items):
+            try:
+                core = _usual_task(snap, tx)
+            except Exception:  # the checking builder names what is wrong
+                core = None
+            if expect is not None:
+                saved.append((snap, expect))
+                if core is None:
+                    row = _sql.task_row(snap, tx, safe)
+                    other_updates.append((*row[1:], row[0], expect))
+                else:
+                    usual_updates.append((*core, expect))
+                continue
+            many = _INSERT_TASK if core is None else _INSERT_USUAL_TASK
+            if not creates or creates[-1][0] is not many:
+                creates.append((many, []))
+            creates[-1][1].append(_sql.task_row(snap, tx, safe) if core is None else core)
+        usual_trows, other = _usual_transitions(transitions, tx)
+        trows = _sql.transition_rows(other, tx, safe) if other else []
+        usual_arows: list[tuple[Any, ...]] = []
+        arows: list[tuple[Any, ...]] = []
+        for a in attempts:
+            try:
+                arow = _usual_attempt(a, tx)
+            except Exception:  # the checking builder names what is wrong
+                arow = None
+            if arow is None:
+                arows.append(_sql.attempt_row(a, tx, safe))
+            else:
+                usual_arows.append(arow)
         erows = _sql.event_rows(events, tx, safe)
         lrows = _sql.log_rows(logs, tx, safe)
         urows = _sql.touch_rows(touches, tx, safe)
@@ -521,10 +749,14 @@ class SqliteStore(TouchViaTouchMany, WritesViaRecordBatch):
                 conn.executemany("DELETE FROM attempts WHERE task_id = ?", [(t,) for t in clears])
             if creates:
                 self._insert_tasks(conn, creates)
-            if updates:
-                self._update_tasks(conn, updates)
+            if saved:
+                self._update_tasks(conn, usual_updates, other_updates, saved, tx, safe)
+            if usual_trows:
+                _INSERT_USUAL_TRANSITION.run(conn, usual_trows)
             if trows:
                 _INSERT_TRANSITION.run(conn, trows)
+            if usual_arows:
+                _UPSERT_USUAL_ATTEMPT.run(conn, usual_arows)
             if arows:
                 _UPSERT_ATTEMPT.run(conn, arows)
             if erows:
@@ -534,15 +766,18 @@ class SqliteStore(TouchViaTouchMany, WritesViaRecordBatch):
             if urows:
                 _touch(conn, urows)
 
-    def _insert_tasks(self, conn: sqlite3.Connection, creates: list[tuple[Any, ...]]) -> None:
+    def _insert_tasks(
+        self, conn: sqlite3.Connection, runs: list[tuple[_Many, list[tuple[Any, ...]]]]
+    ) -> None:
         conn.execute("SAVEPOINT chongming_creates")
         try:
-            _INSERT_TASK.run(conn, creates)
+            for many, rows in runs:
+                many.run(conn, rows)
         except sqlite3.IntegrityError:
             # undo the rows inserted before the failing one, then name it
             conn.execute("ROLLBACK TO chongming_creates")
             dup = None
-            for values in creates:
+            for values in (row for _, rows in runs for row in rows):
                 if conn.execute("SELECT 1 FROM tasks WHERE task_id = ?", (values[0],)).fetchone():
                     dup = values[0]
                     break
@@ -550,16 +785,32 @@ class SqliteStore(TouchViaTouchMany, WritesViaRecordBatch):
         conn.execute("RELEASE chongming_creates")
 
     @staticmethod
-    def _update_tasks(conn: sqlite3.Connection, updates: list[tuple[Any, ...]]) -> None:
+    def _update_tasks(
+        conn: sqlite3.Connection,
+        usual: list[tuple[Any, ...]],
+        other: list[tuple[Any, ...]],
+        saved: list[SaveItem],
+        tx: _sql.Times,
+        safe: _sql.Times,
+    ) -> None:
+        """``saved`` (one item per task), built as ``usual`` rows (``_usual_task``
+        values, then the expected version) and ``other`` update rows."""
         conn.execute("SAVEPOINT chongming_updates")
         # task_id is unique: each update matches at most one row, so the total is the
         # number of updates exactly when every one of them matched
-        if conn.executemany(_UPDATE_HOT, map(_HOT_PARAMS, updates)).rowcount == len(updates):
+        changed = _UPDATE_USUAL.run(conn, usual) if usual else 0
+        if other:
+            changed += _UPDATE_HOT.run(conn, other)
+        if changed == len(saved):
             conn.execute("RELEASE chongming_updates")
             return
         # a kept column changed or a version missed: redo them all in full
         conn.execute("ROLLBACK TO chongming_updates")
-        if conn.executemany(_UPDATE_TASK, updates).rowcount != len(updates):
+        updates = []
+        for snap, expect in saved:
+            row = _sql.task_row(snap, tx, safe)
+            updates.append((*row[1:], row[0], expect))
+        if _UPDATE_TASK.run(conn, updates) != len(updates):
             # undo them and name the first that does not match (the write lock is
             # ours, nobody changes a version meanwhile)
             conn.execute("ROLLBACK TO chongming_updates")
