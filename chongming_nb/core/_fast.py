@@ -113,23 +113,35 @@ def fast_init(cls: type[T]) -> type[T]:
     return cls
 
 
-def evolver(cls: type[T]) -> Callable[..., T]:
+def evolver(cls: type[T], leading: tuple[str, ...] = ()) -> Callable[..., T]:
     """``evolve(obj, changes) -> copy of obj with changes`` for a frozen slotted
-    dataclass, through its layout twin (unknown field names raise TypeError)."""
+    dataclass, through its layout twin (unknown field names raise TypeError).
+
+    With ``leading`` field names: ``evolve(obj, changes, *values)`` also sets those
+    fields to ``values`` (in order) with plain slot stores, before ``changes``, which
+    therefore win. For a caller that changes the same fields every time (a status
+    transition): a ``setattr`` per changed field is most of a copy's cost.
+    """
     twin = _twin(cls)
     names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    unknown = sorted(set(leading) - set(names))
+    if unknown or len(set(leading)) != len(leading):
+        raise TypeError(f"{cls.__name__}: leading fields must be distinct fields, got {leading}")
+    params = [f"_v{i}" for i in range(len(leading))]
+    given = dict(zip(leading, params, strict=True))
     ns: dict[str, Any] = {"_Cls": cls, "_Twin": twin, "_new": object.__new__}
     src = "\n".join(
         [
-            "def evolve(self, changes):",
+            f"def evolve({', '.join(['self', 'changes', *params])}):",
             "    new = _new(_Twin)",
-            *(f"    new.{n} = self.{n}" for n in names),
-            "    try:",
-            "        for k, v in changes.items():",
-            "            setattr(new, k, v)",
-            "    except AttributeError:",
-            "        unknown = sorted(set(changes) - set(_NAMES))",
-            f"        raise TypeError('{cls.__name__} has no field(s) ' + ', '.join(unknown))",
+            *(f"    new.{n} = {given.get(n, 'self.' + n)}" for n in names),
+            "    if changes:",
+            "        try:",
+            "            for k, v in changes.items():",
+            "                setattr(new, k, v)",
+            "        except AttributeError:",
+            "            unknown = sorted(set(changes) - set(_NAMES))",
+            f"            raise TypeError('{cls.__name__} has no field(s) ' + ', '.join(unknown))",
             "    new.__class__ = _Cls",
             "    return new",
         ]

@@ -123,6 +123,11 @@ class TaskSnapshot:
 
 
 _evolve_snapshot = evolver(TaskSnapshot)
+# a status transition's copy: (s, changes, status, status_version, ended_at,
+# requested_action[, retry_at]); ``changes`` win over the leading values
+_TRANSITION_FIELDS = ("status", "status_version", "ended_at", "requested_action")
+_evolve_status = evolver(TaskSnapshot, leading=(*_TRANSITION_FIELDS, "retry_at"))
+_evolve_status_keep_retry = evolver(TaskSnapshot, leading=_TRANSITION_FIELDS)
 _BLANK = TaskSnapshot(task_id="", name="")
 
 

@@ -36,7 +36,8 @@ from chongming_nb.core.models import (
     FailureKind,
     TaskSnapshot,
     Transition,
-    _evolve_snapshot,
+    _evolve_status,
+    _evolve_status_keep_retry,
 )
 from chongming_nb.core.states import (
     OCCUPIED,
@@ -122,20 +123,13 @@ class StateMachine:
             now = self.clock.now()
         version = s.status_version + 1
         requested = _REQUESTED.get(to)
-        fields: dict[str, Any] = {
-            "status": to,
-            "status_version": version,
-            "ended_at": now if to in TERMINAL else None,
-            "requested_action": requested,
-        }
-        if to is not S.RETRY_WAIT:
-            fields["retry_at"] = None
-        if changes:
-            fields.update(changes)  # explicit changes win (ended_at, retry_at)
-            fields["status"] = to
-            fields["status_version"] = version
-            fields["requested_action"] = requested
-        new = _evolve_snapshot(s, fields)
+        ended = now if to in TERMINAL else None
+        # leading fields by position, then ``changes``, which win (ended_at, retry_at);
+        # no caller changes status, status_version or requested_action through them
+        if to is S.RETRY_WAIT:
+            new = _evolve_status_keep_retry(s, changes, to, version, ended, requested)
+        else:
+            new = _evolve_status(s, changes, to, version, ended, requested, None)
         tr = Transition(s.task_id, s.status, to, trigger, actor, reason, now, version, override)
         return new, tr
 

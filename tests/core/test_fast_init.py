@@ -147,3 +147,30 @@ def test_evolve_matches_dataclasses_replace_and_names_unknown_fields() -> None:
     evolve = evolver(Fast)
     f = evolve(Fast(1), {"b": "y"})
     assert type(f) is Fast and (f.a, f.b) == (1, "y")
+
+
+@given(
+    st.integers(),
+    st.text(max_size=5),
+    st.dictionaries(st.sampled_from(["a", "b", "d"]), st.integers(), max_size=3),
+)
+def test_leading_fields_are_set_first_and_changes_win(
+    a: int, b: str, extra: dict[str, int]
+) -> None:
+    evolve = evolver(Fast, leading=("b", "a"))
+    base = Fast(0, "z", [1], d=4)
+    got = evolve(base, extra, b, a)
+    want = dataclasses.replace(base, **{"a": a, "b": b, **extra})
+    assert got == want and type(got) is Fast
+    assert evolve(base, None, b, a) == dataclasses.replace(base, a=a, b=b)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        got.a = 1  # type: ignore[misc]
+    with pytest.raises(TypeError, match=r"no field.*nope"):
+        evolve(base, {"nope": 1}, b, a)
+
+
+def test_leading_fields_must_be_distinct_fields() -> None:
+    with pytest.raises(TypeError, match="leading"):
+        evolver(Fast, leading=("a", "zz"))
+    with pytest.raises(TypeError, match="leading"):
+        evolver(Fast, leading=("a", "a"))
