@@ -288,17 +288,25 @@ def _attach(exec_id: str, interval: float, slot: _Slot) -> _Agent:
     from distributed import get_worker
 
     worker = get_worker()
+    ident = (exec_id, id(worker))
     with _agents_lock:
-        a = _agents.get((exec_id, id(worker)))
-        if a is None:
-            from distributed import get_client
+        a = _agents.get(ident)
+        if a is not None:
+            a.add(slot)
+            return a
+    # not under _agents_lock: making the worker's client may need its event loop, which
+    # takes that lock in _on_control
+    from distributed import get_client
 
-            client: Any = get_client()
-            ref = _subscribed.get(id(client))
-            if ref is None or ref() is not client:
-                client.subscribe_topic(CONTROL_TOPIC, _on_control)
-                _subscribed[id(client)] = weakref.ref(client)
-            a = _agents[(exec_id, id(worker))] = _Agent(exec_id, worker, client, interval)
+    client: Any = get_client()
+    with _agents_lock:
+        ref = _subscribed.get(id(client))
+        if ref is None or ref() is not client:
+            client.subscribe_topic(CONTROL_TOPIC, _on_control)
+            _subscribed[id(client)] = weakref.ref(client)
+        a = _agents.get(ident)
+        if a is None:
+            a = _agents[ident] = _Agent(exec_id, worker, client, interval)
         a.add(slot)
         return a
 
@@ -325,6 +333,19 @@ class _WorkerReporter(ChannelReporter):
         return slot.ack
 
 
+def _wire(outcome: Outcome) -> tuple[dict[str, Any], int]:
+    """The outcome as it travels, and how many bytes its value (or exception) pickles to."""
+    size = 0
+
+    def dumps(obj: Any) -> bytes:
+        nonlocal size
+        data = pickle.dumps(obj)
+        size += len(data)
+        return data
+
+    return outcome_to_wire(outcome, dumps), size
+
+
 def run_on_worker(exec_id: str, key: str, request: ExecutionRequest, interval: float) -> Any:
     """What the dask task actually runs: the attempt, reported back to the controller.
     Never raises: the outcome travels as data."""
@@ -336,18 +357,10 @@ def run_on_worker(exec_id: str, key: str, request: ExecutionRequest, interval: f
     reporter.where = getattr(agent.worker, "address", None)
     outcome = Outcome("crashed", message="the attempt did not end normally on the worker")
     try:
-        outcome = run_attempt(request, token, reporter)
-    finally:
+        outcome = run_attempt(request, token, reporter)  # catches what the task raises
+    finally:  # in any case the agent forgets the attempt
         reporter.flush_progress()
-        size = 0
-
-        def dumps(obj: Any) -> bytes:
-            nonlocal size
-            data = pickle.dumps(obj)
-            size += len(data)
-            return data
-
-        wire = outcome_to_wire(outcome, dumps)
+        wire, size = _wire(outcome)
         result = agent.finish(slot, wire, inline=size <= INLINE_RESULT_BYTES)
     return result
 
@@ -736,10 +749,10 @@ class DaskExecutor:
                 h.future = None
                 continue
             status = h.future.status
-            if status == "finished":
-                if h.outcome is not None:
-                    self._finish(h, h.outcome)
-                elif h.result is None:
+            if h.outcome is not None:  # it ended on the worker, whatever dask made of it
+                self._finish(h, h.outcome)
+            elif status == "finished":
+                if h.result is None:
                     fetch.append(h)
             elif status == "cancelled":
                 self._finish(h, Outcome("cancelled", message="cancelled on the dask cluster"))
