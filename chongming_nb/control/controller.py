@@ -262,7 +262,9 @@ class Controller:
         # one condition for every wait(): a threading.Event per task would cost ~600
         # bytes per finished task (Condition + locks + deque) for nothing
         self._terminal = threading.Condition(self._lock)
-        self._waiters = 0  # threads in wait(): no notify_all per finished task without one
+        # tasks someone is in wait() for (and how many threads): only their ends notify,
+        # so a thread waiting for one task is not woken by every other task's end
+        self._awaited: dict[_Task, int] = {}
         # (task, attempt, wall time, monotonic) of starts reported while the lock was busy
         self._pending_starts: deque[tuple[_Task, int, Any, float]] = deque()
         # (task, attempt, outcome) of attempt ends reported while the lock was busy
@@ -362,7 +364,7 @@ class Controller:
         run = new.pipeline_run_id
         if run is not None and run in self._bus.runs:
             self._outbox.append(RunNote(run, tr.task_id, tr.version, tr.to_status))
-        if self._waiters and new.status in TERMINAL:
+        if self._awaited and t in self._awaited and new.status in TERMINAL:
             self._terminal.notify_all()
 
     def _apply(
@@ -1702,11 +1704,15 @@ class Controller:
                 if left is not None and left <= 0:
                     snap = None
                     break
-                self._waiters += 1
+                awaited = self._awaited
+                awaited[t] = awaited.get(t, 0) + 1
                 try:
                     self._terminal.wait_for(woken, left)
                 finally:
-                    self._waiters -= 1
+                    if awaited[t] == 1:
+                        del awaited[t]
+                    else:
+                        awaited[t] -= 1
         if pending_finishes or pending_starts:
             self._catch_up()  # queued while this thread held the lock above
         if done and snap is not None:

@@ -104,3 +104,46 @@ def test_a_progress_report_settles_what_was_queued_meanwhile(ctl: Controller) ->
     assert queued.result(timeout=5) == "next"
     report.set()
     r.wait(DEADLINE)
+
+
+class _CountingCondition(threading.Condition):
+    notified = 0
+
+    def notify_all(self) -> None:
+        type(self).notified += 1
+        super().notify_all()
+
+
+def test_a_waiter_is_woken_by_its_own_task_not_by_every_other_end(ctl: Controller) -> None:
+    """A thread in wait(a) is not woken (a GIL and lock hand-over each) when other
+    tasks end: in a drain of many short tasks that made the waiter and the workers
+    take turns, several context switches per task."""
+    ctl._terminal = _CountingCondition(ctl._lock)
+    _CountingCondition.notified = 0
+    go = threading.Event()
+    a = ctl.submit(lambda ctx: go.wait(DEADLINE))
+    waiter = threading.Thread(target=ctl.wait, args=(a, DEADLINE))
+    waiter.start()
+    deadline = time.monotonic() + DEADLINE
+    while not ctl._awaited:  # the waiter is registered (a condition, with a deadline)
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    ended = threading.Semaphore(0)
+
+    def on(e: object) -> None:
+        if getattr(e, "to_status", None) is S.SUCCEEDED:
+            ended.release()
+
+    unsub = ctl.watch(on)
+    others = [ctl.submit(lambda ctx, i: i, i) for i in range(50)]
+    for _ in others:  # every other task ended, learnt without wait()
+        assert ended.acquire(timeout=DEADLINE)
+    unsub()
+    assert all(ctl._tasks[h.id].snap.status is S.SUCCEEDED for h in others)
+    assert _CountingCondition.notified == 0  # the waiter for `a` slept through them
+    before = _CountingCondition.notified
+    go.set()
+    waiter.join(DEADLINE)
+    assert not waiter.is_alive()
+    assert _CountingCondition.notified == before + 1
+    assert not ctl._awaited
