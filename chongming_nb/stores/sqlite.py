@@ -272,15 +272,21 @@ class _Many:
         return changed
 
 
-def _literal(value: bool | None) -> str:
-    return "NULL" if value is None else str(int(value))
+def _literal(value: str | bool | None) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    return str(int(value))
 
 
-def _insert(head: str, bound: Sequence[str], usual: Mapping[str, bool | None] = {}) -> _Many:
-    """``head (<bound>, <usual>) VALUES (?, ..., <usual literals>), ...`` (``head`` is
-    ``INSERT [OR ...] INTO table``)."""
-    names = ", ".join([*bound, *usual])
-    row = "(" + ", ".join(["?"] * len(bound) + [_literal(v) for v in usual.values()]) + ")"
+def _insert(
+    head: str, bound: Sequence[str], literals: Mapping[str, str | bool | None] = {}
+) -> _Many:
+    """``head (<bound>, <literals>) VALUES (?, ..., <literal values>), ...`` (``head``
+    is ``INSERT [OR ...] INTO table``)."""
+    names = ", ".join([*bound, *literals])
+    row = "(" + ", ".join(["?"] * len(bound) + [_literal(v) for v in literals.values()]) + ")"
     return _Many(lambda n: f"{head} ({names}) VALUES {', '.join([row] * n)}")
 
 
@@ -299,7 +305,7 @@ def _update(values: Sequence[str], assignments: str, where: str) -> _Many:
 
 #: Task columns with their usual value, and the other ones (``task_id`` first): what a
 #: usual row binds, in the order ``_usual_task`` gives them.
-_TASK_USUAL: dict[str, bool | None] = {
+_TASK_USUAL: dict[str, str | bool | None] = {
     "pipeline_run_id": None,
     "requested_action": None,
     "retry_at": None,
@@ -337,6 +343,7 @@ def _usual_task(s: TaskSnapshot, tx: _sql.Times) -> tuple[Any, ...] | None:
     out, tags, deps = s.outcome, s.tags, s.deps
     if out is not None and out.__class__ is not dict:
         return None
+    queued, started, ended, beat = s.queued_at, s.started_at, s.ended_at, s.last_heartbeat_at
     return (
         s.task_id,
         s.name,
@@ -346,10 +353,10 @@ def _usual_task(s: TaskSnapshot, tx: _sql.Times) -> tuple[Any, ...] | None:
         s.attempt,
         s.max_attempts,
         tx(s.created_at),
-        tx(s.queued_at),
-        tx(s.started_at),
-        tx(s.ended_at),
-        tx(s.last_heartbeat_at),
+        None if queued is None else tx(queued),
+        None if started is None else tx(started),
+        None if ended is None else tx(ended),
+        None if beat is None else tx(beat),
         None if out is None else encode(out),
         s.executor,
         s.priority,
@@ -396,47 +403,67 @@ _UPDATE_USUAL = _update(
 )
 _SELECT_TASK = f"SELECT {', '.join(codec.TASK_COLUMNS)} FROM tasks"
 
-_TRANSITION_USUAL: dict[str, bool | None] = {"reason": None, "override": False}
+_TRANSITION_USUAL: dict[str, str | bool | None] = {"reason": None, "override": False}
 _INSERT_TRANSITION = _insert("INSERT OR IGNORE INTO transitions", codec.TRANSITION_COLUMNS)
 _INSERT_USUAL_TRANSITION = _insert(
     "INSERT OR IGNORE INTO transitions",
     [c for c in codec.TRANSITION_COLUMNS if c not in _TRANSITION_USUAL],
     _TRANSITION_USUAL,
 )
+#: A kind of transition -- (from, to, trigger, actor) -- is one of few (the
+#: controller's state changes), so each kind seen has statements with its values as
+#: literals too, and its rows bind only (task_id, version, at). Kinds past
+#: ``_MAX_KINDS`` bind all their values (``_INSERT_USUAL_TRANSITION``).
+TransitionKind = tuple[str, str, str, str]
+_KINDS: dict[TransitionKind, _Many] = {}
+_MAX_KINDS = 16
+
+
+def _kind_insert(kind: TransitionKind) -> _Many | None:
+    if len(_KINDS) >= _MAX_KINDS or not all(v.__class__ is str and "\x00" not in v for v in kind):
+        return None
+    literals = dict(zip(("from_status", "to_status", "trigger", "actor"), kind, strict=True))
+    many = _KINDS[kind] = _insert(
+        "INSERT OR IGNORE INTO transitions",
+        ("task_id", "version", "at"),
+        {**literals, **_TRANSITION_USUAL},
+    )
+    return many
 
 
 def _usual_transitions(
     transitions: Sequence[Transition], tx: _sql.Times
-) -> tuple[list[tuple[Any, ...]], list[Transition]]:
-    """(rows of the transitions without a reason or override, in the columns of
-    ``_INSERT_USUAL_TRANSITION``; the other transitions, for the checking builder)."""
-    usual: list[tuple[Any, ...]] = []
+) -> tuple[list[tuple[_Many, list[tuple[Any, ...]]]], list[Transition]]:
+    """(the transitions without a reason or override as statements with the rows they
+    write; the other transitions, for the checking builder)."""
+    kinds: dict[TransitionKind, list[tuple[Any, ...]]] = {}
+    get = kinds.get
     other: list[Transition] = []
-    add = usual.append
     for t in transitions:
         if t.reason is None and not t.override:
             try:
                 at = tx(t.at)
                 if at is not None:
-                    add(
-                        (
-                            t.task_id,
-                            t.version,
-                            t.from_status._value_,
-                            t.to_status._value_,
-                            t.trigger,
-                            t.actor,
-                            at,
-                        )
-                    )
+                    kind = (t.from_status._value_, t.to_status._value_, t.trigger, t.actor)
+                    rows = get(kind)
+                    if rows is None:
+                        rows = kinds[kind] = []
+                    rows.append((t.task_id, t.version, at))
                     continue
             except Exception:  # the checking builder names what is wrong
                 pass
         other.append(t)
-    return usual, other
+    out: list[tuple[_Many, list[tuple[Any, ...]]]] = []
+    for kind, rows in kinds.items():
+        many = _KINDS.get(kind) or _kind_insert(kind)
+        if many is None:
+            out.append((_INSERT_USUAL_TRANSITION, [(r[0], r[1], *kind, r[2]) for r in rows]))
+        else:
+            out.append((many, rows))
+    return out, other
 
 
-_ATTEMPT_USUAL: dict[str, bool | None] = {
+_ATTEMPT_USUAL: dict[str, str | bool | None] = {
     "failure_kind": None,
     "failure_message": None,
     "traceback": None,
@@ -476,6 +503,82 @@ def _usual_attempt(a: AttemptRecord, tx: _sql.Times) -> tuple[Any, ...] | None:
 
 _INSERT_EVENT = _insert("INSERT OR IGNORE INTO events", codec.EVENT_COLUMNS)
 _INSERT_LOG = _insert("INSERT INTO logs", ("task_id", "at", "stream", "line", "level"))
+
+
+class _BatchRows:
+    """The rows of one ``record_batch``, built before its transaction: task creates as
+    runs of one statement each (in order: rowid order is creation order), updates of
+    usual rows (``_usual_task`` values, then the expected version) and of other rows
+    (``_sql.task_rows`` update rows) with the items they come from, then the other
+    kinds of rows, usual ones apart."""
+
+    __slots__ = (
+        "attempts",
+        "creates",
+        "events",
+        "kinds",
+        "logs",
+        "safe",
+        "saved",
+        "touches",
+        "transitions",
+        "tx",
+        "updates",
+        "usual_attempts",
+        "usual_updates",
+    )
+
+    def __init__(
+        self,
+        items: Sequence[SaveItem],
+        transitions: Sequence[Transition],
+        attempts: Sequence[AttemptRecord],
+        events: Sequence[EventRecord],
+        logs: Sequence[tuple[str, Sequence[LogRecord]]],
+        touches: Sequence[Touch],
+    ) -> None:
+        self.tx = tx = _sql.text_times()
+        self.safe = safe = codec.dt_to_text
+        creates: list[tuple[_Many, list[tuple[Any, ...]]]] = []
+        usual_updates: list[tuple[Any, ...]] = []
+        updates: list[tuple[Any, ...]] = []
+        saved: list[SaveItem] = []
+        for snap, expect in _sql.collapse(items):
+            try:
+                core = _usual_task(snap, tx)
+            except Exception:  # the checking builder names what is wrong
+                core = None
+            if expect is not None:
+                saved.append((snap, expect))
+                if core is None:
+                    row = _sql.task_row(snap, tx, safe)
+                    updates.append((*row[1:], row[0], expect))
+                else:
+                    usual_updates.append((*core, expect))
+                continue
+            many = _INSERT_TASK if core is None else _INSERT_USUAL_TASK
+            if not creates or creates[-1][0] is not many:
+                creates.append((many, []))
+            creates[-1][1].append(_sql.task_row(snap, tx, safe) if core is None else core)
+        self.creates, self.saved = creates, saved
+        self.usual_updates, self.updates = usual_updates, updates
+        self.kinds, other = _usual_transitions(transitions, tx)
+        self.transitions = _sql.transition_rows(other, tx, safe) if other else []
+        self.usual_attempts: list[tuple[Any, ...]] = []
+        self.attempts: list[tuple[Any, ...]] = []
+        for a in attempts:
+            try:
+                arow = _usual_attempt(a, tx)
+            except Exception:  # the checking builder names what is wrong
+                arow = None
+            if arow is None:
+                self.attempts.append(_sql.attempt_row(a, tx, safe))
+            else:
+                self.usual_attempts.append(arow)
+        self.events = _sql.event_rows(events, tx, safe)
+        self.logs = _sql.log_rows(logs, tx, safe)
+        self.touches = _sql.touch_rows(touches, tx, safe)
+
 
 _TOUCH_COLUMNS = ("progress", "last_heartbeat_at", "lease_owner", "lease_until", "pid")
 
@@ -703,68 +806,26 @@ class SqliteStore(TouchViaTouchMany, WritesViaRecordBatch):
         ``clear_attempts`` of ``clears`` first, then ``save_many(items, transitions,
         attempts=..., events=...)``, then ``append_logs`` of each ``(task_id, lines)``,
         then ``touch_many(touches)``; errors as those methods raise them."""
-        # Hot path of every controller batch (see "batch writes" above): rows are
-        # tuples, each distinct instant is formatted once per batch, usual rows bind
-        # only their unusual columns, and each kind of row goes in few steps.
-        tx, safe = _sql.text_times(), codec.dt_to_text
-        creates: list[tuple[_Many, list[tuple[Any, ...]]]] = []  # runs, in order
-        usual_updates: list[tuple[Any, ...]] = []
-        other_updates: list[tuple[Any, ...]] = []
-        saved: list[SaveItem] = []
-        for snap, expect in _sql.collapse(items):
-            try:
-                core = _usual_task(snap, tx)
-            except Exception:  # the checking builder names what is wrong
-                core = None
-            if expect is not None:
-                saved.append((snap, expect))
-                if core is None:
-                    row = _sql.task_row(snap, tx, safe)
-                    other_updates.append((*row[1:], row[0], expect))
-                else:
-                    usual_updates.append((*core, expect))
-                continue
-            many = _INSERT_TASK if core is None else _INSERT_USUAL_TASK
-            if not creates or creates[-1][0] is not many:
-                creates.append((many, []))
-            creates[-1][1].append(_sql.task_row(snap, tx, safe) if core is None else core)
-        usual_trows, other = _usual_transitions(transitions, tx)
-        trows = _sql.transition_rows(other, tx, safe) if other else []
-        usual_arows: list[tuple[Any, ...]] = []
-        arows: list[tuple[Any, ...]] = []
-        for a in attempts:
-            try:
-                arow = _usual_attempt(a, tx)
-            except Exception:  # the checking builder names what is wrong
-                arow = None
-            if arow is None:
-                arows.append(_sql.attempt_row(a, tx, safe))
-            else:
-                usual_arows.append(arow)
-        erows = _sql.event_rows(events, tx, safe)
-        lrows = _sql.log_rows(logs, tx, safe)
-        urows = _sql.touch_rows(touches, tx, safe)
+        rows = _BatchRows(items, transitions, attempts, events, logs, touches)
         with self._write() as conn:
             if clears:
                 conn.executemany("DELETE FROM attempts WHERE task_id = ?", [(t,) for t in clears])
-            if creates:
-                self._insert_tasks(conn, creates)
-            if saved:
-                self._update_tasks(conn, usual_updates, other_updates, saved, tx, safe)
-            if usual_trows:
-                _INSERT_USUAL_TRANSITION.run(conn, usual_trows)
-            if trows:
-                _INSERT_TRANSITION.run(conn, trows)
-            if usual_arows:
-                _UPSERT_USUAL_ATTEMPT.run(conn, usual_arows)
-            if arows:
-                _UPSERT_ATTEMPT.run(conn, arows)
-            if erows:
-                _INSERT_EVENT.run(conn, erows)
-            if lrows:
-                _INSERT_LOG.run(conn, lrows)
-            if urows:
-                _touch(conn, urows)
+            if rows.creates:
+                self._insert_tasks(conn, rows.creates)
+            if rows.saved:
+                self._update_tasks(conn, rows)
+            for many, part in (
+                *rows.kinds,
+                (_INSERT_TRANSITION, rows.transitions),
+                (_UPSERT_USUAL_ATTEMPT, rows.usual_attempts),
+                (_UPSERT_ATTEMPT, rows.attempts),
+                (_INSERT_EVENT, rows.events),
+                (_INSERT_LOG, rows.logs),
+            ):
+                if part:
+                    many.run(conn, part)
+            if rows.touches:
+                _touch(conn, rows.touches)
 
     def _insert_tasks(
         self, conn: sqlite3.Connection, runs: list[tuple[_Many, list[tuple[Any, ...]]]]
@@ -785,30 +846,21 @@ class SqliteStore(TouchViaTouchMany, WritesViaRecordBatch):
         conn.execute("RELEASE chongming_creates")
 
     @staticmethod
-    def _update_tasks(
-        conn: sqlite3.Connection,
-        usual: list[tuple[Any, ...]],
-        other: list[tuple[Any, ...]],
-        saved: list[SaveItem],
-        tx: _sql.Times,
-        safe: _sql.Times,
-    ) -> None:
-        """``saved`` (one item per task), built as ``usual`` rows (``_usual_task``
-        values, then the expected version) and ``other`` update rows."""
+    def _update_tasks(conn: sqlite3.Connection, rows: _BatchRows) -> None:
         conn.execute("SAVEPOINT chongming_updates")
         # task_id is unique: each update matches at most one row, so the total is the
         # number of updates exactly when every one of them matched
-        changed = _UPDATE_USUAL.run(conn, usual) if usual else 0
-        if other:
-            changed += _UPDATE_HOT.run(conn, other)
-        if changed == len(saved):
+        changed = _UPDATE_USUAL.run(conn, rows.usual_updates) if rows.usual_updates else 0
+        if rows.updates:
+            changed += _UPDATE_HOT.run(conn, rows.updates)
+        if changed == len(rows.saved):
             conn.execute("RELEASE chongming_updates")
             return
         # a kept column changed or a version missed: redo them all in full
         conn.execute("ROLLBACK TO chongming_updates")
         updates = []
-        for snap, expect in saved:
-            row = _sql.task_row(snap, tx, safe)
+        for snap, expect in rows.saved:
+            row = _sql.task_row(snap, rows.tx, rows.safe)
             updates.append((*row[1:], row[0], expect))
         if _UPDATE_TASK.run(conn, updates) != len(updates):
             # undo them and name the first that does not match (the write lock is
