@@ -303,8 +303,7 @@ def _update(values: Sequence[str], assignments: str, where: str) -> _Many:
     )
 
 
-#: Task columns with their usual value, and the other ones (``task_id`` first): what a
-#: usual row binds, in the order ``_usual_task`` gives them.
+#: Task columns with their usual value (see ``_usual_task``).
 _TASK_USUAL: dict[str, str | bool | None] = {
     "pipeline_run_id": None,
     "requested_action": None,
@@ -319,12 +318,13 @@ _TASK_USUAL: dict[str, str | bool | None] = {
     "lease_until": None,
     "overridden": False,
 }
-_TASK_CORE = tuple(c for c in codec.TASK_COLUMNS if c not in _TASK_USUAL)
 
 
 def _usual_task(s: TaskSnapshot, tx: _sql.Times) -> tuple[Any, ...] | None:
-    """The ``_TASK_CORE`` values of ``s`` if its other columns are at their usual
-    values, else None (and None whenever a value needs the checking builder)."""
+    """The values ``s`` binds if its columns in ``_TASK_USUAL`` are at their usual
+    values: those of the other columns (``_USUAL``), or fewer for a task that has not
+    started (``_UNSTARTED``). Else None, and None whenever a value needs the checking
+    builder."""
     if not (
         s.pipeline_run_id is None
         and s.requested_action is None
@@ -344,7 +344,22 @@ def _usual_task(s: TaskSnapshot, tx: _sql.Times) -> tuple[Any, ...] | None:
     if out is not None and out.__class__ is not dict:
         return None
     queued, started, ended, beat = s.queued_at, s.started_at, s.ended_at, s.last_heartbeat_at
-    return (
+    if started is None and ended is None and beat is None and out is None:
+        return (  # in the columns of _UNSTARTED
+            s.task_id,
+            s.name,
+            encode(sorted(tags)) if tags else "[]",
+            s.status._value_,
+            s.status_version,
+            s.attempt,
+            s.max_attempts,
+            tx(s.created_at),
+            None if queued is None else tx(queued),
+            s.executor,
+            s.priority,
+            encode(list(deps)) if deps else "[]",
+        )
+    return (  # in the columns of _USUAL
         s.task_id,
         s.name,
         encode(sorted(tags)) if tags else "[]",
@@ -365,7 +380,6 @@ def _usual_task(s: TaskSnapshot, tx: _sql.Times) -> tuple[Any, ...] | None:
 
 
 _INSERT_TASK = _insert("INSERT INTO tasks", codec.TASK_COLUMNS)
-_INSERT_USUAL_TASK = _insert("INSERT INTO tasks", _TASK_CORE, _TASK_USUAL)
 
 #: task_id comes first in the columns: an update row (``_sql.task_rows``) is the row
 #: without it, then task_id and the expected version.
@@ -388,19 +402,46 @@ _UPDATE_HOT = _update(
     "tasks.task_id = {task_id} AND tasks.status_version = {expect}"
     + "".join(f" AND tasks.{c} IS {{{c}}}" for c in _KEPT),
 )
-#: The same for a usual row: its values are ``_usual_task``'s, then the expected version.
-_UPDATE_USUAL = _update(
-    (*_TASK_CORE, "expect"),
-    ", ".join(
-        [f"{c} = {{{c}}}" for c in _TASK_CORE if c not in _KEPT and c != "task_id"]
-        + [f"{c} = {_literal(v)}" for c, v in _TASK_USUAL.items() if c not in _KEPT]
-    ),
-    "tasks.task_id = {task_id} AND tasks.status_version = {expect}"
-    + "".join(
-        f" AND tasks.{c} IS {{{c}}}" if c in _TASK_CORE else f" AND tasks.{c} IS NULL"
-        for c in _KEPT
-    ),
+
+
+class _UsualTasks:
+    """The statements for task rows whose columns in ``literals`` are at those values
+    (``_usual_task``): an insert of the other columns, and the narrow update
+    (``_UPDATE_HOT``) whose rows are those values, then the expected version."""
+
+    __slots__ = ("columns", "insert", "update")
+
+    def __init__(self, literals: Mapping[str, str | bool | None]) -> None:
+        self.columns = tuple(c for c in codec.TASK_COLUMNS if c not in literals)
+        self.insert = _insert("INSERT INTO tasks", self.columns, literals)
+        self.update = _update(
+            (*self.columns, "expect"),
+            ", ".join(
+                [f"{c} = {{{c}}}" for c in self.columns if c not in _KEPT and c != "task_id"]
+                + [f"{c} = {_literal(v)}" for c, v in literals.items() if c not in _KEPT]
+            ),
+            "tasks.task_id = {task_id} AND tasks.status_version = {expect}"
+            + "".join(
+                f" AND tasks.{c} IS {{{c}}}"
+                if c in self.columns
+                else f" AND tasks.{c} IS {_literal(literals[c])}"
+                for c in _KEPT
+            ),
+        )
+
+
+_USUAL = _UsualTasks(_TASK_USUAL)
+_UNSTARTED = _UsualTasks(
+    {
+        **_TASK_USUAL,
+        "started_at": None,
+        "ended_at": None,
+        "last_heartbeat_at": None,
+        "outcome": None,
+    }
 )
+#: ``len(_usual_task(...))`` -> its statements.
+_USUAL_TASKS = {len(u.columns): u for u in (_USUAL, _UNSTARTED)}
 _SELECT_TASK = f"SELECT {', '.join(codec.TASK_COLUMNS)} FROM tasks"
 
 _TRANSITION_USUAL: dict[str, str | bool | None] = {"reason": None, "override": False}
@@ -411,17 +452,21 @@ _INSERT_USUAL_TRANSITION = _insert(
     _TRANSITION_USUAL,
 )
 #: A kind of transition -- (from, to, trigger, actor) -- is one of few (the
-#: controller's state changes), so each kind seen has statements with its values as
-#: literals too, and its rows bind only (task_id, version, at). Kinds past
-#: ``_MAX_KINDS`` bind all their values (``_INSERT_USUAL_TRANSITION``).
+#: controller's state changes), so a kind with at least ``_KIND_ROWS`` rows in a batch
+#: gets statements with its values as literals, and its rows bind only (task_id,
+#: version, at). The other rows bind all their values (``_INSERT_USUAL_TRANSITION``).
+#: Past ``_MAX_KINDS`` kinds the statements are dropped and made again as needed.
 TransitionKind = tuple[str, str, str, str]
 _KINDS: dict[TransitionKind, _Many] = {}
-_MAX_KINDS = 16
+_MAX_KINDS = 32
+_KIND_ROWS = 8
 
 
 def _kind_insert(kind: TransitionKind) -> _Many | None:
-    if len(_KINDS) >= _MAX_KINDS or not all(v.__class__ is str and "\x00" not in v for v in kind):
+    if not all(v.__class__ is str and "\x00" not in v for v in kind):
         return None
+    if len(_KINDS) >= _MAX_KINDS:
+        _KINDS.clear()
     literals = dict(zip(("from_status", "to_status", "trigger", "actor"), kind, strict=True))
     many = _KINDS[kind] = _insert(
         "INSERT OR IGNORE INTO transitions",
@@ -455,7 +500,7 @@ def _usual_transitions(
         other.append(t)
     out: list[tuple[_Many, list[tuple[Any, ...]]]] = []
     for kind, rows in kinds.items():
-        many = _KINDS.get(kind) or _kind_insert(kind)
+        many = (_KINDS.get(kind) or _kind_insert(kind)) if len(rows) >= _KIND_ROWS else None
         if many is None:
             out.append((_INSERT_USUAL_TRANSITION, [(r[0], r[1], *kind, r[2]) for r in rows]))
         else:
@@ -540,7 +585,7 @@ class _BatchRows:
         self.tx = tx = _sql.text_times()
         self.safe = safe = codec.dt_to_text
         creates: list[tuple[_Many, list[tuple[Any, ...]]]] = []
-        usual_updates: list[tuple[Any, ...]] = []
+        usual_updates: dict[_Many, list[tuple[Any, ...]]] = {}
         updates: list[tuple[Any, ...]] = []
         saved: list[SaveItem] = []
         for snap, expect in _sql.collapse(items):
@@ -554,9 +599,13 @@ class _BatchRows:
                     row = _sql.task_row(snap, tx, safe)
                     updates.append((*row[1:], row[0], expect))
                 else:
-                    usual_updates.append((*core, expect))
+                    update = _USUAL_TASKS[len(core)].update
+                    rows = usual_updates.get(update)
+                    if rows is None:
+                        rows = usual_updates[update] = []
+                    rows.append((*core, expect))
                 continue
-            many = _INSERT_TASK if core is None else _INSERT_USUAL_TASK
+            many = _INSERT_TASK if core is None else _USUAL_TASKS[len(core)].insert
             if not creates or creates[-1][0] is not many:
                 creates.append((many, []))
             creates[-1][1].append(_sql.task_row(snap, tx, safe) if core is None else core)
@@ -850,7 +899,9 @@ class SqliteStore(TouchViaTouchMany, WritesViaRecordBatch):
         conn.execute("SAVEPOINT chongming_updates")
         # task_id is unique: each update matches at most one row, so the total is the
         # number of updates exactly when every one of them matched
-        changed = _UPDATE_USUAL.run(conn, rows.usual_updates) if rows.usual_updates else 0
+        changed = 0
+        for update, usual in rows.usual_updates.items():
+            changed += update.run(conn, usual)
         if rows.updates:
             changed += _UPDATE_HOT.run(conn, rows.updates)
         if changed == len(rows.saved):
