@@ -196,10 +196,10 @@ class _Agent:
         if urgent:
             self.wake.set()
 
-    def _send(self, batch: list[tuple[str, tuple[Any, ...]]]) -> None:
+    def _send(self, batch: list[tuple[str, tuple[Any, ...]]], last_of: str | None = None) -> None:
         # under self.lock: the order events are handed to the worker is the order they
         # arrive in (one batched stream to the scheduler, one to the controller)
-        self.worker.log_event(REPORT_TOPIC, [self.exec_id, _dumps_batch(batch)])
+        self.worker.log_event(REPORT_TOPIC, [self.exec_id, _dumps_batch(batch), last_of])
 
     def finish(self, slot: _Slot, wire: dict[str, Any], inline: bool) -> dict[str, Any]:
         """Forget the attempt and send its last event: what it has not reported yet,
@@ -209,7 +209,7 @@ class _Agent:
             tail, slot.pending = slot.pending, []
             end = ("end", wire if inline else None)
             try:
-                self._send([(slot.key, m) for m in tail] + [(slot.key, end)])
+                self._send([(slot.key, m) for m in tail] + [(slot.key, end)], slot.key)
                 reported = True
             except Exception:  # the worker is closing: the future carries it all
                 reported = False
@@ -391,13 +391,21 @@ _routes_lock = threading.Lock()
 def _on_reports(executors: dict[str, DaskExecutor], event: tuple[float, Any]) -> None:
     """On the client's event loop: hand a batch of reports to its executor's thread."""
     try:
-        exec_id, blob = event[1]
+        exec_id, blob, last_of = event[1]
     except (TypeError, ValueError):
         return
     ex = executors.get(exec_id)
-    if ex is not None:
-        ex._inbox.append(blob)
-        ex._wake.set()
+    if ex is None:
+        return
+    ex._inbox.append(blob)
+    if last_of is not None:
+        h = ex._handles.get(last_of)
+        if h is not None and h.done_at is None:
+            # the last report of an attempt whose future has not finished yet: it is
+            # settled when it has (see _settle_done), and that wakes the thread anyway;
+            # one wake-up per attempt instead of two (each is a GIL hand-over)
+            return
+    ex._wake.set()
 
 
 def _route(client: Any, ex: DaskExecutor) -> None:
