@@ -119,42 +119,51 @@ class NotUtc(Exception):
     """A time that is not None or an aware UTC datetime (the slow path handles it)."""
 
 
-#: Zero-padded digits for ``text_times`` (indexing a list beats formatting an int).
+#: Zero-padded digits for ``time_text`` (indexing a list beats formatting an int).
 _D3 = [f"{i:03d}" for i in range(1000)]
 #: ``YYYY-MM-DDTHH:MM:SS.`` of the seconds seen lately, by (year, ..., second): times
 #: written together fall in few seconds, so most of a time's text is a lookup.
 _SECONDS: dict[tuple[int, int, int, int, int, int], str] = {}
 _MAX_SECONDS = 4096
 
+#: The SQLite text of datetime objects written lately, by ``id``: a task's times recur
+#: in its snapshot, transitions, attempt and events as the same objects, and in the
+#: next batches again. Keyed by identity, which is cheap, unlike hashing an aware
+#: datetime; each entry holds its object, so no id is reused while the entry lives
+#: (and a hit is the very object). Emptied by ``text_times`` past ``_MAX_TEXTS``.
+TEXTS: dict[int, tuple[datetime, str]] = {}
+_MAX_TEXTS = 32768
+
+
+def time_text(value: Any) -> tuple[datetime, str]:
+    """``(value, codec.dt_to_text(value))`` for an aware UTC datetime (``NotUtc`` for
+    anything else), kept in ``TEXTS``. ``(TEXTS.get(id(t)) or time_text(t))[1]`` is
+    the text of ``t`` without a Python call when it was written lately."""
+    if value.__class__ is not datetime or value.tzinfo is not UTC:
+        raise NotUtc
+    # codec.dt_to_text (isoformat) of a UTC datetime, at a third of its cost
+    key = (value.year, value.month, value.day, value.hour, value.minute, value.second)
+    head = _SECONDS.get(key)
+    if head is None:
+        if len(_SECONDS) >= _MAX_SECONDS:
+            _SECONDS.clear()
+        head = _SECONDS[key] = value.replace(microsecond=0, tzinfo=None).isoformat() + "."
+    us = value.microsecond
+    entry = TEXTS[id(value)] = (value, f"{head}{_D3[us // 1000]}{_D3[us % 1000]}+00:00")
+    return entry
+
 
 def text_times() -> Times:
-    """SQLite's ``tx`` for one batch: each datetime object is formatted once (a task's
-    times recur in its snapshot, transitions, attempt and events as the same objects).
-    The memo is keyed by identity, which is cheap, unlike hashing an aware datetime;
-    it holds each object it keys, so no id is reused while it lives."""
-    memo: dict[int, tuple[datetime, str]] = {}
-    get = memo.get
-    seconds = _SECONDS
+    """SQLite's ``tx`` for one batch: None stays None, a datetime's text comes from
+    ``TEXTS`` or ``time_text``."""
+    if len(TEXTS) > _MAX_TEXTS:
+        TEXTS.clear()  # between batches: a batch's own times stay while it is built
+    get = TEXTS.get
 
     def tx(value: Any) -> str | None:
         if value is None:
             return None
-        hit = get(id(value))
-        if hit is not None:
-            return hit[1]
-        if value.__class__ is not datetime or value.tzinfo is not UTC:
-            raise NotUtc
-        # codec.dt_to_text (isoformat) of a UTC datetime, at a third of its cost
-        key = (value.year, value.month, value.day, value.hour, value.minute, value.second)
-        head = seconds.get(key)
-        if head is None:
-            if len(seconds) >= _MAX_SECONDS:
-                seconds.clear()
-            head = seconds[key] = value.replace(microsecond=0, tzinfo=None).isoformat() + "."
-        us = value.microsecond
-        text = f"{head}{_D3[us // 1000]}{_D3[us % 1000]}+00:00"
-        memo[id(value)] = (value, text)
-        return text
+        return (get(id(value)) or time_text(value))[1]
 
     return tx
 

@@ -238,6 +238,9 @@ MIGRATIONS: dict[int, list[str]] = {
 #: row per step. 256 rows of 28 task columns stay far below SQLite's limit of 32766
 #: parameters.
 _SIZES = (256, 64, 16, 4)
+#: ``(_text(id(t)) or _time_text(t))[1]``: the text of a time (see ``_sql.TEXTS``).
+_text = _sql.TEXTS.get
+_time_text = _sql.time_text
 
 
 class _Many:
@@ -320,7 +323,7 @@ _TASK_USUAL: dict[str, str | bool | None] = {
 }
 
 
-def _usual_task(s: TaskSnapshot, tx: _sql.Times) -> tuple[Any, ...] | None:
+def _usual_task(s: TaskSnapshot) -> tuple[Any, ...] | None:
     """The values ``s`` binds if its columns in ``_TASK_USUAL`` are at their usual
     values: those of the other columns (``_USUAL``), or fewer for a task that has not
     started (``_UNSTARTED``). Else None, and None whenever a value needs the checking
@@ -343,7 +346,8 @@ def _usual_task(s: TaskSnapshot, tx: _sql.Times) -> tuple[Any, ...] | None:
     out, tags, deps = s.outcome, s.tags, s.deps
     if out is not None and out.__class__ is not dict:
         return None
-    queued, started, ended, beat = s.queued_at, s.started_at, s.ended_at, s.last_heartbeat_at
+    created, queued, started = s.created_at, s.queued_at, s.started_at
+    ended, beat = s.ended_at, s.last_heartbeat_at
     if started is None and ended is None and beat is None and out is None:
         return (  # in the columns of _UNSTARTED
             s.task_id,
@@ -353,8 +357,8 @@ def _usual_task(s: TaskSnapshot, tx: _sql.Times) -> tuple[Any, ...] | None:
             s.status_version,
             s.attempt,
             s.max_attempts,
-            tx(s.created_at),
-            None if queued is None else tx(queued),
+            (_text(id(created)) or _time_text(created))[1],
+            None if queued is None else (_text(id(queued)) or _time_text(queued))[1],
             s.executor,
             s.priority,
             encode(list(deps)) if deps else "[]",
@@ -367,11 +371,11 @@ def _usual_task(s: TaskSnapshot, tx: _sql.Times) -> tuple[Any, ...] | None:
         s.status_version,
         s.attempt,
         s.max_attempts,
-        tx(s.created_at),
-        None if queued is None else tx(queued),
-        None if started is None else tx(started),
-        None if ended is None else tx(ended),
-        None if beat is None else tx(beat),
+        (_text(id(created)) or _time_text(created))[1],
+        None if queued is None else (_text(id(queued)) or _time_text(queued))[1],
+        None if started is None else (_text(id(started)) or _time_text(started))[1],
+        None if ended is None else (_text(id(ended)) or _time_text(ended))[1],
+        None if beat is None else (_text(id(beat)) or _time_text(beat))[1],
         None if out is None else encode(out),
         s.executor,
         s.priority,
@@ -477,7 +481,7 @@ def _kind_insert(kind: TransitionKind) -> _Many | None:
 
 
 def _usual_transitions(
-    transitions: Sequence[Transition], tx: _sql.Times
+    transitions: Sequence[Transition],
 ) -> tuple[list[tuple[_Many, list[tuple[Any, ...]]]], list[Transition]]:
     """(the transitions without a reason or override as statements with the rows they
     write; the other transitions, for the checking builder)."""
@@ -487,17 +491,17 @@ def _usual_transitions(
     for t in transitions:
         if t.reason is None and not t.override:
             try:
-                at = tx(t.at)
-                if at is not None:
-                    kind = (t.from_status._value_, t.to_status._value_, t.trigger, t.actor)
-                    rows = get(kind)
-                    if rows is None:
-                        rows = kinds[kind] = []
-                    rows.append((t.task_id, t.version, at))
-                    continue
+                at = (_text(id(t.at)) or _time_text(t.at))[1]  # NotUtc for None
+                kind = (t.from_status._value_, t.to_status._value_, t.trigger, t.actor)
             except Exception:  # the checking builder names what is wrong
-                pass
-        other.append(t)
+                other.append(t)
+                continue
+            rows = get(kind)
+            if rows is None:
+                rows = kinds[kind] = []
+            rows.append((t.task_id, t.version, at))
+        else:
+            other.append(t)
     out: list[tuple[_Many, list[tuple[Any, ...]]]] = []
     for kind, rows in kinds.items():
         many = (_KINDS.get(kind) or _kind_insert(kind)) if len(rows) >= _KIND_ROWS else None
@@ -523,7 +527,7 @@ _UPSERT_USUAL_ATTEMPT = _insert(
 )
 
 
-def _usual_attempt(a: AttemptRecord, tx: _sql.Times) -> tuple[Any, ...] | None:
+def _usual_attempt(a: AttemptRecord) -> tuple[Any, ...] | None:
     """``a`` in the columns of ``_UPSERT_USUAL_ATTEMPT`` if it has no failure and no
     exit code and was not abandoned, else None."""
     if (
@@ -533,16 +537,15 @@ def _usual_attempt(a: AttemptRecord, tx: _sql.Times) -> tuple[Any, ...] | None:
         and not a.abandoned
         and a.exit_code is None
     ):
-        started, outcome = tx(a.started_at), a.outcome
-        if started is not None:
-            return (
-                a.task_id,
-                a.attempt,
-                started,
-                tx(a.ended_at),
-                None if outcome is None else outcome._value_,
-                a.executor,
-            )
+        started, ended, outcome = a.started_at, a.ended_at, a.outcome
+        return (
+            a.task_id,
+            a.attempt,
+            (_text(id(started)) or _time_text(started))[1],  # NotUtc for None
+            None if ended is None else (_text(id(ended)) or _time_text(ended))[1],
+            None if outcome is None else outcome._value_,
+            a.executor,
+        )
     return None
 
 
@@ -590,7 +593,7 @@ class _BatchRows:
         saved: list[SaveItem] = []
         for snap, expect in _sql.collapse(items):
             try:
-                core = _usual_task(snap, tx)
+                core = _usual_task(snap)
             except Exception:  # the checking builder names what is wrong
                 core = None
             if expect is not None:
@@ -611,13 +614,13 @@ class _BatchRows:
             creates[-1][1].append(_sql.task_row(snap, tx, safe) if core is None else core)
         self.creates, self.saved = creates, saved
         self.usual_updates, self.updates = usual_updates, updates
-        self.kinds, other = _usual_transitions(transitions, tx)
+        self.kinds, other = _usual_transitions(transitions)
         self.transitions = _sql.transition_rows(other, tx, safe) if other else []
         self.usual_attempts: list[tuple[Any, ...]] = []
         self.attempts: list[tuple[Any, ...]] = []
         for a in attempts:
             try:
-                arow = _usual_attempt(a, tx)
+                arow = _usual_attempt(a)
             except Exception:  # the checking builder names what is wrong
                 arow = None
             if arow is None:
