@@ -30,7 +30,7 @@ from chongming_nb.server.serialize import (
     owner_row,
     parse_owner,
     task_detail,
-    task_row,
+    task_rows,
 )
 from chongming_nb.stores.protocol import OwnerRecord, TaskQuery
 
@@ -41,6 +41,11 @@ MAX_LIMIT = 10_000
 DEFAULT_LOG_LINES = 500
 MAX_REASON = 500
 _STATUS_VALUES = tuple(s.value for s in TaskStatus)
+
+
+def encode(payload: Any) -> str:
+    """The JSON text of an answer (compact: a 2,000-row listing is megabytes)."""
+    return json.dumps(payload, default=str, separators=(",", ":"))
 
 
 class BadRequest(Exception):
@@ -60,9 +65,13 @@ class _Base(APIHandler):
         return state
 
     def _reply(self, payload: Any, status: int = 200) -> None:
+        self._reply_json(encode(payload), status)
+
+    def _reply_json(self, body: str, status: int = 200) -> None:
+        """Send a body ``encode`` made (big ones are made on the store threads)."""
         self.set_status(status)
         self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps(payload, default=str))
+        self.finish(body)
 
     def _fail(self, err: BadRequest) -> None:
         self._reply({"message": err.message, **err.extra}, err.status)
@@ -94,10 +103,9 @@ class _Base(APIHandler):
         owners: dict[str, OwnerRecord],
         sessions: dict[str, str],
     ) -> list[dict[str, Any]]:
-        now = self.cm.clock.now()
-        return [
-            task_row(s, sm=self.cm.sm, now=now, owners=owners, sessions=sessions) for s in snaps
-        ]
+        return task_rows(
+            snaps, sm=self.cm.sm, now=self.cm.clock.now(), owners=owners, sessions=sessions
+        )
 
 
 def _kernel_of(snap: TaskSnapshot, owners: dict[str, OwnerRecord]) -> str | None:
@@ -156,16 +164,21 @@ class TasksHandler(_Base):
                 counts[s.status] += 1
             return mine[:limit], counts
 
-        snaps, counts = await self.cm.run(read)
-        self._reply(
-            {
-                "tasks": self._rows(snaps, owners, sessions),
-                "counts": {k.value: v for k, v in counts.items()},
-                "cursor": cursor,
-                "sessions": sessions,
-                "now": self.cm.clock.now().isoformat(),
-            }
-        )
+        def answer() -> str:
+            # one query for the rows, one for the counts; rows and JSON built here, on a
+            # store thread, so a big listing never holds up the event loop
+            snaps, counts = read()
+            return encode(
+                {
+                    "tasks": self._rows(snaps, owners, sessions),
+                    "counts": {k.value: v for k, v in counts.items()},
+                    "cursor": cursor,
+                    "sessions": sessions,
+                    "now": self.cm.clock.now().isoformat(),
+                }
+            )
+
+        self._reply_json(await self.cm.run(answer))
 
 
 class TaskHandler(_Base):
@@ -322,16 +335,20 @@ class FeedHandler(_Base):
         if self.request.connection is None or self._finished:
             return
         owners, sessions = await self._context()
-        self._reply(
-            {
-                "cursor": answer.cursor,
-                "reset": answer.reset,
-                "tasks": self._rows(answer.tasks, owners, sessions),
-                "removed": answer.removed,
-                "sessions": sessions,
-                "now": self.cm.clock.now().isoformat(),
-            }
-        )
+
+        def body() -> str:  # a reset answer holds every known task: built off the loop
+            return encode(
+                {
+                    "cursor": answer.cursor,
+                    "reset": answer.reset,
+                    "tasks": self._rows(answer.tasks, owners, sessions),
+                    "removed": answer.removed,
+                    "sessions": sessions,
+                    "now": self.cm.clock.now().isoformat(),
+                }
+            )
+
+        self._reply_json(await self.cm.run(body))
 
 
 class OwnersHandler(_Base):
