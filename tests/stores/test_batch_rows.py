@@ -258,11 +258,15 @@ def test_kinds_past_the_limit_still_land(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_text_times_over_many_seconds_match_the_codec() -> None:
-    """The per-second prefixes are dropped and rebuilt past their bound; each text
-    stays the codec's."""
+    """Times of many days, forward and back: the per-second prefixes start over each
+    day and are dropped past their bound; each text stays the codec's."""
     tx = text_times()
     start = datetime(1999, 12, 31, 23, 59, 58, tzinfo=UTC)
-    for k in range(6000):
-        value = start + timedelta(seconds=k * 61, microseconds=k * 7919 % 1_000_000)
-        assert tx(value) == dt_to_text(value)
+    for k in range(6000):  # forward over days, backward before them, microsecond 0
+        for value in (
+            start + timedelta(seconds=k * 61, microseconds=k * 7919 % 1_000_000),
+            start - timedelta(seconds=k * 13, microseconds=k * 7919 % 1_000_000),
+            start + timedelta(seconds=k),
+        ):
+            assert tx(value) == dt_to_text(value)
     assert tx(T0) == dt_to_text(T0)
