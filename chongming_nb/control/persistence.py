@@ -119,14 +119,16 @@ def write_batch(store: Any, batch: Sequence[Any]) -> int:
                 events.append(event_record(item))
             continue
         op = item[0]
-        if op == "save":
+        if op == "save":  # per task: ~4 saves, 2 attempts, a create, a record
             add_item((item[1], item[2]))
             add_transition(item[3])
-        elif op == "create":
-            add_item((item[1], None))
         elif op == "attempt":
             rec: AttemptRecord = item[1]
             attempts[(rec.task_id, rec.attempt)] = rec
+        elif op == "create":
+            add_item((item[1], None))
+        elif op == "record":
+            events.append(item[1])
         elif op == "touch":
             touches.append(Touch(task_id=item[1], progress=item[2]))
         elif op == "beat":
@@ -141,8 +143,6 @@ def write_batch(store: Any, batch: Sequence[Any]) -> int:
             # what the clear deletes: attempts recorded before it, not those after it
             for key in [k for k in attempts if k[0] == tid]:
                 del attempts[key]
-        elif op == "record":
-            events.append(item[1])
     if not (items or transitions or attempts or events or touches or logs or clears):
         return 0
     record = getattr(store, "record_batch", None)
