@@ -108,9 +108,10 @@ def task_row(
     rec = owners.get(snap.lease_owner) if snap.lease_owner else None
     if rec is not None:
         host, pid, kernel = rec.host, rec.pid, rec.kernel_id or kernel
+    terminal = snap.is_terminal
     duration: float | None = None
     if snap.started_at is not None:
-        end = snap.ended_at or (None if snap.is_terminal else now)
+        end = snap.ended_at or (None if terminal else now)
         if end is not None:
             duration = max(0.0, (end - snap.started_at).total_seconds())
     p = snap.progress
@@ -137,7 +138,7 @@ def task_row(
         "name": snap.name,
         "status": snap.status.value,
         "status_version": snap.status_version,
-        "terminal": snap.is_terminal,
+        "terminal": terminal,
         "requested_action": None if snap.requested_action is None else snap.requested_action.value,
         "attempt": snap.attempt,
         "max_attempts": snap.max_attempts,

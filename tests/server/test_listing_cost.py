@@ -110,7 +110,7 @@ async def _list_counted(
     writer.save_many([(finished(i, kinds[i % 4]), None) for i in grow])
     store = CountingStore(SqliteStore(store_path))
     sm = CountingMachine()
-    state.set_store(store)  # type: ignore[arg-type]
+    state.set_store(store)
     state.feed = StillFeed()  # type: ignore[assignment]
     state.sm = sm
     try:
