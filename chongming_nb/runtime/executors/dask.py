@@ -23,11 +23,12 @@ Channels, all pushed through the scheduler's structured events (``log_event`` /
   say) and published on ``REPORT_TOPIC``; the controller's client is subscribed, and a
   kernel-side thread hands them to the Reporter. A short task sends nothing until it ends.
 * **result**: when an attempt ends, what it has not reported yet and its outcome leave
-  the worker as one last event (``INLINE_RESULT_BYTES`` at most for the value; a larger
-  one is fetched from the dask future). A worker's events reach the kernel in the order
-  they were sent, so ``finished`` is always the last word, and the next queued task can
-  start without a gather round trip. The dask future is the backstop: a worker that dies
-  or a task that dask cannot run ends the attempt through it.
+  the worker as one last event (a value of ``INLINE_RESULT_BYTES`` at most, pickled; a
+  larger one is fetched from the dask future). A worker's events reach the kernel in the
+  order they were sent, so ``finished`` is always the last word. The attempt is settled
+  once its dask future has finished too (then the scheduler knows the worker is free,
+  and the next launch goes there), without a gather round trip. The future is also the
+  backstop: a worker that dies or a task dask cannot run ends the attempt through it.
 
 Pause: a checkpoint that sees the pause asks the controller (a "pause" report) and waits
 for the answer in the control state. Forced stop (``on_stop_timeout``): the future is
