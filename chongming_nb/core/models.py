@@ -14,7 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from chongming_nb.core._fast import evolver, fast_init
-from chongming_nb.core.states import RequestedAction, TaskStatus
+from chongming_nb.core.states import TERMINAL, RequestedAction, TaskStatus
 
 
 class FailureKind(StrEnum):
@@ -105,8 +105,6 @@ class TaskSnapshot:
 
     @property
     def is_terminal(self) -> bool:
-        from chongming_nb.core.states import TERMINAL
-
         return self.status in TERMINAL
 
     @property
