@@ -188,3 +188,25 @@ def test_nothing_polls_the_scheduler_while_a_task_runs(
     assert calls.get("queue_get", 0) == 0 and calls.get("queue_put", 0) == 0, calls
     assert 1 <= calls.get("variable_get", 0) <= seconds / dask_mod.CONTROL_REFRESH + 3, calls
     assert calls.get("variable_set", 0) >= 1, calls  # counted: the counting works
+
+
+def test_a_lost_report_subscription_is_survived_and_renewed(
+    ctl: cn.Controller, dask_client: Any, gathers: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scheduler forgets our subscription (as after a restart): an attempt whose last
+    report never comes is settled from its future after REPORT_GRACE, with the reports
+    it still carried, and the subscription is renewed for the next ones."""
+    monkeypatch.setattr(dask_mod, "REPORT_GRACE", 0.5)
+    ctl.submit(DT.chatty, 1, 1).result(timeout=WAIT)  # subscribed, workers warm
+    client_id = dask_client.id
+
+    def forget(dask_scheduler: Any) -> None:  # the broker is private: test-only access
+        dask_scheduler._broker._topics[dask_mod.REPORT_TOPIC].subscribers.discard(client_id)
+
+    dask_client.run_on_scheduler(forget)
+    h = ctl.submit(DT.chatty, 3, 10)
+    assert h.result(timeout=WAIT) == b"x" * 10
+    assert gathers == [1]  # fetched from the future
+    assert [r.line for r in ctl.logs(h)] == ["line 0", "line 1", "line 2"]
+    assert ctl.submit(DT.chatty, 2, 5).result(timeout=WAIT) == b"x" * 5
+    assert gathers == [1]  # came with its last report again

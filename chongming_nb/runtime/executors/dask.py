@@ -409,15 +409,20 @@ def _on_reports(executors: dict[str, DaskExecutor], event: tuple[float, Any]) ->
     ex._wake.set()
 
 
-def _route(client: Any, ex: DaskExecutor) -> None:
+def _route(client: Any, ex: DaskExecutor, again: bool = False) -> None:
+    """Reports for ``ex`` come to it through ``client``'s subscription. ``again``: the
+    scheduler seems to have lost that subscription (a restart): subscribe once more."""
     with _routes_lock:
         entry = _routes.get(id(client))
-        if entry is None or entry[0] is not client:
+        fresh = entry is None or entry[0] is not client
+        if fresh:
             entry = _routes[id(client)] = (client, {})
+        assert entry is not None
+        entry[1][ex.exec_id] = ex
+        if fresh or again:
             # before anything is submitted, on the same stream to the scheduler: no
             # report of ours can be published before the subscription is in place
             client.subscribe_topic(REPORT_TOPIC, functools.partial(_on_reports, entry[1]))
-        entry[1][ex.exec_id] = ex
 
 
 def _unroute(client: Any, ex: DaskExecutor) -> None:
@@ -780,6 +785,8 @@ class DaskExecutor:
                 if not h.ended:  # its last report never came: its tail is here too
                     for msg in r["tail"]:
                         self._deliver(h, msg)
+                    if r.get("reported"):  # sent, and lost: our subscription is gone
+                        _route(self.client, self, again=True)
                 self._finish(h, outcome_from_wire(r["outcome"]))
             else:
                 left = h.done_at + REPORT_GRACE - now
