@@ -70,8 +70,9 @@ def _remote_latency(executor: str, trials: int, interval: float) -> tuple[list[f
 
 
 #: Our own budgets for executors that signal across processes: the process executor's
-#: child mirrors its stop/pause Events at once (woken by the parent), dask's worker-side
-#: agent polls a distributed Variable every 50 ms.
+#: child mirrors its stop/pause Events at once (woken by the parent); dask's requests are
+#: pushed to the workers as scheduler events (the Variable read once a second is only the
+#: fallback), so its budget covers a scheduler hop on a loaded machine.
 REMOTE_BUDGET_MS = {"process": 25.0, "dask": 100.0}
 
 
