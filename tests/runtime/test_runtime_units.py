@@ -342,6 +342,56 @@ def test_thread_executor_never_reuses_an_abandoned_worker() -> None:
         ex.shutdown()
 
 
+def test_thread_executor_idle_list_races_with_shutdown_and_retire() -> None:
+    """The idle list has no lock: each of park, launch, retire and shutdown must still
+    leave every worker either owned by exactly one party or gone."""
+    from chongming_nb.runtime.executors.thread import _Worker
+
+    ex = ThreadExecutor(max_idle=2)
+    w1, w2, w3 = _Worker(ex), _Worker(ex), _Worker(ex)
+    assert ex._park(w1) and ex._park(w2)
+    assert not ex._park(w3)  # over max_idle: that worker exits instead
+    # a launch popped w2, so w2's idle timeout must not retire it (its job is coming)
+    popped = ex._idle.pop()
+    assert popped is w2
+    assert not ex._retire(w2)
+    assert ex._retire(w1) and ex._idle == []
+    # shutdown hands every parked worker its exit, and nobody parks afterwards
+    assert ex._park(w1)
+    ex.shutdown()
+    assert w1.jobs.get_nowait() is None
+    assert not ex._park(w2) and ex._idle == []
+
+
+def test_thread_executor_runs_many_short_tasks_from_many_threads() -> None:
+    """Launches and parks from several threads at once (the lock-free idle list):
+    every attempt runs exactly once, and no worker is parked twice."""
+    ex = ThreadExecutor()
+    reps = [Recorder() for _ in range(400)]
+
+    def body(ctx: TaskContext, i: int) -> int:
+        return i
+
+    def launcher(part: list[Recorder], offset: int) -> None:
+        for k, rep in enumerate(part):
+            ex.launch(_req(body, offset + k), rep)
+
+    try:
+        threads = [threading.Thread(target=launcher, args=(reps[j::4], j * 1000)) for j in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        for rep in reps:
+            assert rep.done.wait(10)
+        values = sorted(rep.outcome.value for rep in reps if rep.outcome is not None)
+        assert len(values) == len(reps) and len(set(values)) == len(reps)
+        assert all(rep.started_n == 1 for rep in reps)
+        assert len(ex._idle) == len(set(map(id, ex._idle)))  # nobody parked twice
+    finally:
+        ex.shutdown()
+
+
 def test_thread_executor_threads_are_daemons() -> None:
     ex = ThreadExecutor()
     rep = Recorder()

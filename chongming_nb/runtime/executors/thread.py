@@ -140,14 +140,15 @@ class ThreadExecutor:
 
     def __init__(self, max_idle: int = 8) -> None:
         self._idle: list[_Worker] = []
-        self._lock = threading.Lock()
         self._max_idle = max_idle
         self._closed = False
 
     def launch(self, request: ExecutionRequest, reporter: Reporter) -> ThreadHandle:
         handle = ThreadHandle(CancellationToken())
-        with self._lock:
-            worker = self._idle.pop() if self._idle else None
+        try:
+            worker = self._idle.pop()  # atomic: no lock on the hot path (see _park)
+        except IndexError:
+            worker = None
         if worker is None:
             worker = _Worker(self)
             worker.thread.start()
@@ -155,23 +156,33 @@ class ThreadExecutor:
         worker.jobs.put((handle, request, reporter))
         return handle
 
+    # The idle list is shared without a lock: ``append``, ``pop`` and ``remove`` on a
+    # list are each atomic (under the GIL, and under a free-threaded build's per-object
+    # lock). A lock here was the hot spot of short tasks: a thread preempted while
+    # holding it made every other worker block on it, one thread switch per task.
+    # Invariant: a worker is in ``_idle`` at most once, and only while its job queue
+    # is empty and nobody has popped it; whoever pops it owns the right to send it a job.
+
     def _park(self, worker: _Worker) -> bool:
-        with self._lock:
-            if self._closed or len(self._idle) >= self._max_idle:
-                return False
-            self._idle.append(worker)
-            return True
+        if self._closed or len(self._idle) >= self._max_idle:
+            return False  # (a racing park may overshoot max_idle by one: harmless)
+        self._idle.append(worker)
+        if self._closed:  # shutdown swapped the list meanwhile: take ourselves back
+            return not self._retire(worker)
+        return True
 
     def _retire(self, worker: _Worker) -> bool:
-        with self._lock:
-            if worker in self._idle:
-                self._idle.remove(worker)
-                return True
-            return False  # a job is on its way
+        try:
+            self._idle.remove(worker)
+        except ValueError:
+            return False  # popped by a launch: a job is on its way
+        return True
 
     def shutdown(self) -> None:
-        with self._lock:
-            self._closed = True
-            idle, self._idle = self._idle, []
-        for w in idle:
+        self._closed = True
+        while True:
+            try:
+                w = self._idle.pop()
+            except IndexError:
+                return
             w.jobs.put(None)
