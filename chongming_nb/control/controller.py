@@ -133,7 +133,7 @@ class _Task:
     spec: TaskSpec
     executor: Any
     deps: tuple[str, ...] = ()
-    dependants: list[str] = field(default_factory=list)
+    dependants: list[str] | None = None  # made at the first dependant (most have none)
     join: JoinMode = JoinMode.ALL_SUCCEEDED
     when: Callable[[Mapping[str, Any]], bool] | None = None
     history: list[Transition] = field(default_factory=list)
@@ -563,7 +563,11 @@ class Controller:
             if idempotency_key is not None:
                 self._by_key[idempotency_key] = task_id
             for d in deps:
-                self._tasks[d].dependants.append(task_id)
+                up = self._tasks[d]
+                if up.dependants is None:
+                    up.dependants = [task_id]
+                else:
+                    up.dependants.append(task_id)
             if self._store is not None:
                 self._outbox.append(("create", snap))
                 call = _recorded_call(task_id, now, args, kwargs)
@@ -579,7 +583,7 @@ class Controller:
                 self._apply(t, self._sm.mark_blocked, reason="waiting for " + ", ".join(deps))
                 self._settle([task_id])
             else:
-                self._release(t)
+                self._release(t, now)
             picked = self._pick_for_pump()
         self._pump(picked)  # the outbox is flushed before anything launches
         return TaskHandle(self, task_id)
@@ -599,7 +603,7 @@ class Controller:
                 if all(s is S.SUCCEEDED for s in ups):
                     self._release(t)  # the common case: every upstream succeeded
                     if t.snap.status in TERMINAL:
-                        work.extend(t.dependants)
+                        work.extend(t.dependants or ())
                     continue
                 bad = [d for d, s in zip(t.deps, ups, strict=True) if s in _UNSUCCESSFUL]
                 if bad:
@@ -612,7 +616,7 @@ class Controller:
                         reason=f"upstream did not succeed: {names}",
                         kind=FailureKind.DEPENDENCY_FAILED,
                     )
-                    work.extend(t.dependants)
+                    work.extend(t.dependants or ())
                     continue
                 ready = False  # some upstream is still open
             elif t.join is JoinMode.ALL_DONE:
@@ -626,12 +630,12 @@ class Controller:
                         reason="no upstream succeeded",
                         kind=FailureKind.DEPENDENCY_FAILED,
                     )
-                    work.extend(t.dependants)
+                    work.extend(t.dependants or ())
                     continue
             if ready:
                 self._release(t)
                 if t.snap.status in TERMINAL:
-                    work.extend(t.dependants)
+                    work.extend(t.dependants or ())
 
     def _upstream_map(self, t: _Task) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -641,7 +645,7 @@ class Controller:
                 out[d] = u.result
         return out
 
-    def _release(self, t: _Task) -> None:
+    def _release(self, t: _Task, now: Any = None) -> None:
         """Dependencies are met: inject upstream results, test ``when``, queue."""
         if t.deps:
             values = self._upstream_map(t)
@@ -667,7 +671,7 @@ class Controller:
                         kind=FailureKind.CONDITION_FALSE,
                     )
                     return
-        self._apply(t, self._sm.mark_queued)
+        self._apply(t, self._sm.mark_queued, now=now)
         heapq.heappush(self._ready, (-t.snap.priority, next(self._seq), t.snap.task_id))
 
     def _upstream_value(self, t: _Task, key: Any) -> Any:
@@ -1120,8 +1124,9 @@ class Controller:
         if outcome.kind == "succeeded":
             t.result = outcome.value
             t.exception = None
-            self._end_attempt(t, S.SUCCEEDED, None)
-            self._apply(t, self._sm.mark_succeeded, outcome=_describe(outcome.value))
+            now = self._clock.now()  # one reading for the attempt's end and the status
+            self._end_attempt(t, S.SUCCEEDED, None, now=now)
+            self._apply(t, self._sm.mark_succeeded, outcome=_describe(outcome.value), now=now)
             return
         if outcome.kind == "cancelled":
             if st is S.STOPPING:
@@ -1183,7 +1188,12 @@ class Controller:
             )
 
     def _end_attempt(
-        self, t: _Task, outcome: TaskStatus, fail: Failure | None, abandoned: bool = False
+        self,
+        t: _Task,
+        outcome: TaskStatus,
+        fail: Failure | None,
+        abandoned: bool = False,
+        now: Any = None,
     ) -> None:
         if not t.attempts:
             return
@@ -1192,7 +1202,8 @@ class Controller:
             return
         # built directly, not with dataclasses.replace (which inspects the fields on
         # every call): once per attempt on the hot path
-        now = self._clock.now()
+        if now is None:
+            now = self._clock.now()
         if fail is None:
             rec = AttemptRecord(
                 rec.task_id, rec.attempt, rec.started_at, now, outcome, None, None, None,
@@ -1212,7 +1223,7 @@ class Controller:
         run = t.snap.pipeline_run_id
         if run is not None and t.snap.status in self._hold_on.get(run, ()):
             self._held_runs.add(run)  # e.g. fail-fast: nothing of the run starts any more
-        if t.snap.status in TERMINAL and t.dependants:
+        if t.dependants and t.snap.status in TERMINAL:
             self._settle(list(t.dependants))
 
     # ---------------------------------------------------------------- timers

@@ -7,7 +7,7 @@ process and dask executors, and stays callable in tests).
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import inspect
 import threading
 import weakref
@@ -153,30 +153,50 @@ def spec_of(fn: Callable[..., Any]) -> TaskSpec:
 
 
 # Per-function facts that submit() needs every time (signature, default spec): computing
-# them dominates a cheap task's submit. Keyed weakly, so a function (or a lambda made per
-# call) is not kept alive; callables that take no weak reference are simply not cached.
-_FACTS: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+# them dominates a cheap task's submit. Keyed by identity (``id(fn)``) with a weak
+# reference beside the facts, so a function (or a lambda made per call) is not kept
+# alive, and a lookup is one dict read plus one reference call (a WeakKeyDictionary
+# builds a new weak reference on every lookup). Callables that take no weak reference
+# are simply not cached.
+_FACTS: dict[int, tuple[weakref.ref[Any], dict[str, Any]]] = {}
 _FACTS_LOCK = threading.Lock()
 
 
+def _facts_of(fn: Any) -> dict[str, Any] | None:
+    entry = _FACTS.get(id(fn))
+    if entry is not None and entry[0]() is fn:  # not a dead function's reused id
+        return entry[1]
+    return None
+
+
+def _forget(key: int, ref: weakref.ref[Any]) -> None:
+    # the weak reference's callback (fn died): runs inside any thread's collection, so
+    # it takes no lock; a racing new entry under the same id is at worst dropped
+    entry = _FACTS.get(key)
+    if entry is not None and entry[0] is ref:
+        _FACTS.pop(key, None)
+
+
 def _cached(fn: Any, key: str) -> Any:
-    try:
-        facts = _FACTS.get(fn)
-    except TypeError:  # unhashable or not weak-referenceable
-        return None
+    facts = _facts_of(fn)
     return None if facts is None else facts.get(key)
 
 
 def _remember(fn: Any, key: str, value: Any) -> None:
-    try:
-        facts = _FACTS.get(fn)
-    except TypeError:  # unhashable or not weak-referenceable
-        return
+    facts = _facts_of(fn)
     if facts is not None:
         facts[key] = value  # one dict store (atomic): no lock once fn has its entry
         return
-    with _FACTS_LOCK, contextlib.suppress(TypeError):  # not weak-referenceable
-        _FACTS.setdefault(fn, {})[key] = value
+    with _FACTS_LOCK:
+        facts = _facts_of(fn)
+        if facts is None:
+            try:
+                ref = weakref.ref(fn, functools.partial(_forget, id(fn)))
+            except TypeError:  # not weak-referenceable
+                return
+            facts = {}
+            _FACTS[id(fn)] = (ref, facts)
+        facts[key] = value
 
 
 def _signature(fn: Callable[..., Any]) -> inspect.Signature | None:
@@ -263,10 +283,7 @@ def _plain_arity(fn: Callable[..., Any], sig: inspect.Signature) -> int:
 def submit_facts(fn: Callable[..., Any]) -> tuple[TaskSpec, bool]:
     """``(spec_of(fn), wants_context(fn))`` with one cache lookup (submit's hot path)."""
     spec = getattr(fn, SPEC_ATTR, None)
-    try:
-        facts = _FACTS.get(fn)
-    except TypeError:  # unhashable or not weak-referenceable
-        facts = None
+    facts = _facts_of(fn)
     if facts is not None:
         if not isinstance(spec, TaskSpec):
             spec = facts.get("spec")

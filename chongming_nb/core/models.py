@@ -126,6 +126,25 @@ _evolve_snapshot = evolver(TaskSnapshot)
 _TRANSITION_FIELDS = ("status", "status_version", "ended_at", "requested_action")
 _evolve_status = evolver(TaskSnapshot, leading=(*_TRANSITION_FIELDS, "retry_at"))
 _evolve_status_keep_retry = evolver(TaskSnapshot, leading=_TRANSITION_FIELDS)
+# the three transitions every task makes, with the fields each one always writes as
+# leading values (no ``changes`` dict, no setattr per field): see StateMachine
+_evolve_queued = evolver(TaskSnapshot, leading=(*_TRANSITION_FIELDS, "retry_at", "queued_at"))
+_evolve_starting = evolver(
+    TaskSnapshot,
+    leading=(
+        *_TRANSITION_FIELDS,
+        "retry_at",
+        "attempt",
+        "started_at",
+        "last_heartbeat_at",
+        "executor",
+        "failure",
+        "progress",
+    ),
+)
+_evolve_succeeded = evolver(
+    TaskSnapshot, leading=(*_TRANSITION_FIELDS, "retry_at", "outcome", "failure")
+)
 _BLANK = TaskSnapshot(task_id="", name="")
 
 

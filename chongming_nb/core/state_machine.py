@@ -36,8 +36,11 @@ from chongming_nb.core.models import (
     FailureKind,
     TaskSnapshot,
     Transition,
+    _evolve_queued,
+    _evolve_starting,
     _evolve_status,
     _evolve_status_keep_retry,
+    _evolve_succeeded,
 )
 from chongming_nb.core.states import (
     OCCUPIED,
@@ -82,6 +85,11 @@ _REQUESTED: dict[TaskStatus, RequestedAction] = {
     S.STOPPING: RequestedAction.STOP,
     S.PAUSING: RequestedAction.PAUSE,
 }
+# mark_queued, mark_starting and mark_succeeded build their copy without _apply (the
+# hot path of every task): their own source sets must be edges of the table
+assert all(S.QUEUED in TRANSITIONS[f] for f in _QUEUE_FROM)
+assert all(S.STARTING in TRANSITIONS[f] for f in _DISPATCH_FROM)
+assert all(S.SUCCEEDED in TRANSITIONS[f] for f in _SUCCEED_FROM)
 #: Non-terminal states in which the current attempt has not started (no started_at).
 _NOT_STARTED = frozenset({S.PENDING, S.BLOCKED, S.QUEUED, S.RETRY_WAIT})
 
@@ -388,19 +396,18 @@ class StateMachine:
         trigger: str = "scheduler:ready",
         actor: str = "scheduler",
         reason: str | None = None,
+        now: datetime | None = None,
     ) -> Result:
+        """``now``: the time of the change, when the caller already read the clock."""
         if s.status not in _QUEUE_FROM:
             raise self._reject(s, "mark_queued", _QUEUE_FROM)
-        now = self.clock.now()
-        return self._apply(
-            s,
-            S.QUEUED,
-            trigger=trigger,
-            actor=actor,
-            reason=reason,
-            changes={"queued_at": now},
-            now=now,
-        )
+        if now is None:
+            now = self.clock.now()
+        # what _apply does, for the fields this edge always writes (every task's path)
+        version = s.status_version + 1
+        new = _evolve_queued(s, None, S.QUEUED, version, None, None, None, now)
+        tr = Transition(s.task_id, s.status, S.QUEUED, trigger, actor, reason, now, version, False)
+        return new, tr
 
     def mark_starting(self, s: TaskSnapshot, *, executor: str | None = None) -> Result:
         """QUEUED/RETRY_WAIT -> STARTING; a new attempt begins (guard: the budget)."""
@@ -409,22 +416,16 @@ class StateMachine:
         if s.attempt + 1 > s.max_attempts:
             raise AttemptsExhausted(s.attempt, s.max_attempts, task_id=s.task_id)
         now = self.clock.now()
-        return self._apply(
-            s,
-            S.STARTING,
-            trigger="scheduler:dispatch",
-            actor="scheduler",
-            reason=None,
-            changes={
-                "attempt": s.attempt + 1,
-                "started_at": now,
-                "last_heartbeat_at": now,
-                "executor": executor or s.executor,
-                "failure": None,
-                "progress": None,
-            },
-            now=now,
-        )
+        version = s.status_version + 1
+        new = _evolve_starting(
+            s, None, S.STARTING, version, None, None, None,
+            s.attempt + 1, now, now, executor or s.executor, None, None,
+        )  # fmt: skip
+        tr = Transition(
+            s.task_id, s.status, S.STARTING, "scheduler:dispatch", "scheduler", None, now,
+            version, False,
+        )  # fmt: skip
+        return new, tr
 
     def mark_running(
         self, s: TaskSnapshot, *, pid: int | None = None, at: datetime | None = None
@@ -435,14 +436,13 @@ class StateMachine:
             raise self._reject(s, "mark_running", frozenset({S.STARTING}))
         if s.started_at is None:
             raise self._reject(s, "mark_running", frozenset({S.STARTING}), detail="no started_at")
-        changes: dict[str, Any] = {} if pid is None else {"pid": pid}
         return self._apply(
             s,
             S.RUNNING,
             trigger="executor:started",
             actor="executor",
             reason=None,
-            changes=changes,
+            changes=None if pid is None else {"pid": pid},
             now=at,
         )
 
@@ -476,18 +476,24 @@ class StateMachine:
         )
 
     def mark_succeeded(
-        self, s: TaskSnapshot, *, outcome: Mapping[str, Any] | None = None
+        self,
+        s: TaskSnapshot,
+        *,
+        outcome: Mapping[str, Any] | None = None,
+        now: datetime | None = None,
     ) -> Result:
+        """``now``: the time of the change, when the caller already read the clock."""
         if s.status not in _SUCCEED_FROM:
             raise self._reject(s, "mark_succeeded", _SUCCEED_FROM)
-        return self._apply(
-            s,
-            S.SUCCEEDED,
-            trigger="executor:returned",
-            actor="executor",
-            reason=None,
-            changes={"outcome": outcome, "failure": None},
-        )
+        if now is None:
+            now = self.clock.now()
+        version = s.status_version + 1
+        new = _evolve_succeeded(s, None, S.SUCCEEDED, version, now, None, None, outcome, None)
+        tr = Transition(
+            s.task_id, s.status, S.SUCCEEDED, "executor:returned", "executor", None, now,
+            version, False,
+        )  # fmt: skip
+        return new, tr
 
     def mark_failed(
         self, s: TaskSnapshot, failure: Failure, *, retry_at: datetime | None = None

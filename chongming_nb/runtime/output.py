@@ -37,14 +37,15 @@ class _Capture:
         install()
         self._prev = getattr(_local, "sink", None)
         _local.sink = self.sink
-        _local.buffers = {}
+        _local.buffers = None  # made by the first write (most tasks print nothing)
 
     def __exit__(self, *exc: object) -> None:
-        bufs: dict[str, str] = getattr(_local, "buffers", {})
-        for stream, rest in bufs.items():
-            if rest:
-                self.sink(stream, rest, None)
-        _local.buffers = {}
+        bufs: dict[str, str] | None = getattr(_local, "buffers", None)
+        if bufs:
+            for stream, rest in bufs.items():
+                if rest:
+                    self.sink(stream, rest, None)
+        _local.buffers = None
         _local.sink = self._prev
 
 
@@ -63,7 +64,9 @@ class StreamProxy:
         sink = getattr(_local, "sink", None)
         if sink is None:
             return self._target.write(s)
-        bufs: dict[str, str] = _local.buffers
+        bufs: dict[str, str] | None = getattr(_local, "buffers", None)
+        if bufs is None:
+            bufs = _local.buffers = {}
         text = bufs.get(self._name, "") + s
         *lines, rest = text.split("\n")
         bufs[self._name] = rest
