@@ -67,7 +67,7 @@ from chongming_nb.core.models import (
     Progress,
     TaskSnapshot,
     Transition,
-    new_snapshot,
+    submitted_snapshot,
 )
 from chongming_nb.core.policies import (
     BucketPolicy,
@@ -257,6 +257,7 @@ class Controller:
         self._rng = rng or random.Random()
         self._default_executor = executor
         self._executors: dict[str, Executor] = {}
+        self._default_pair: tuple[str, Executor] | None = None
         self._lock = threading.RLock()
         self._wake = threading.Condition(self._lock)
         # one condition for every wait(): a threading.Event per task would cost ~600
@@ -337,7 +338,14 @@ class Controller:
         return t
 
     def _executor_for(self, choice: Any) -> tuple[str, Executor]:
-        choice = choice if choice is not None else self._default_executor
+        if choice is None:
+            pair = self._default_pair  # twice per task: once resolved, kept
+            if pair is not None:
+                return pair
+            if self._default_executor is None:
+                raise ConfigurationError("executor must be a name or an Executor, got None")
+            self._default_pair = pair = self._executor_for(self._default_executor)
+            return pair
         if isinstance(choice, str):
             ex = self._executors.get(choice)
             if ex is None:
@@ -477,10 +485,11 @@ class Controller:
             raise ConfigurationError(f"submit() needs a callable, got {fn!r}")
         if self._closed:
             raise ConfigurationError("this controller is closed")
+        arity: int | None = None
         if prepared is not None:
             spec, inject = prepared
         else:
-            spec, inject = submit_facts(fn)
+            spec, inject, arity = submit_facts(fn)
         if prepared is None and (
             name is not None
             or retry is not None
@@ -497,8 +506,8 @@ class Controller:
             raise ConfigurationError(f"idempotency_key must be a string, got {idempotency_key!r}")
         if bucket_key is not None and not isinstance(bucket_key, str):
             raise ConfigurationError(f"bucket_key must be a string, got {bucket_key!r}")
-        if prepared is None:
-            check_arguments(fn, args, kwargs, inject)
+        if prepared is None and (kwargs or len(args) + inject != arity):
+            check_arguments(fn, args, kwargs, inject)  # (else: plain and complete)
         if after is None or after is _NO_DEPS:
             after = _NO_DEPS
         elif isinstance(after, str) or not isinstance(after, Iterable):
@@ -531,24 +540,22 @@ class Controller:
                 task_id = f"{self._id_prefix}{next(self._task_seq):06x}"
             now = self._clock.now()
             dep_ids = tuple(deps)
-            # built from a blank template through the layout twin: one dict, no
-            # 32-parameter keyword call (once per task)
-            snap = new_snapshot(
-                {
-                    "task_id": task_id,
-                    "name": spec.name,
-                    "pipeline_run_id": pipeline_run_id,
-                    "tags": spec.tags,
-                    "max_attempts": spec.retry.max_attempts,
-                    "created_at": now,
-                    "executor": exec_name,
-                    "priority": prio,
-                    "deps": dep_ids,
-                    "idempotency_key": idempotency_key,
-                    "bucket": bucket,
-                    "bucket_key": bucket_key,
-                    "lease_owner": self.owner,
-                },
+            # built from a blank template through the layout twin: positional slot
+            # stores, no 32-parameter keyword call (once per task)
+            snap = submitted_snapshot(  # the order of SUBMIT_FIELDS
+                task_id,
+                spec.name,
+                pipeline_run_id,
+                spec.tags,
+                spec.retry.max_attempts,
+                now,
+                exec_name,
+                prio,
+                dep_ids,
+                idempotency_key,
+                bucket,
+                bucket_key,
+                self.owner,
             )
             t = _Task(snap, fn, tuple(args), dict(kwargs), inject, spec, spec.executor, dep_ids)
             if join is not JoinMode.ALL_SUCCEEDED:

@@ -280,8 +280,11 @@ def _plain_arity(fn: Callable[..., Any], sig: inspect.Signature) -> int:
     return int(arity)
 
 
-def submit_facts(fn: Callable[..., Any]) -> tuple[TaskSpec, bool]:
-    """``(spec_of(fn), wants_context(fn))`` with one cache lookup (submit's hot path)."""
+def submit_facts(fn: Callable[..., Any]) -> tuple[TaskSpec, bool, int | None]:
+    """``(spec_of(fn), wants_context(fn), arity)`` with one cache lookup (submit's hot
+    path). ``arity``: the plain positional parameter count ``check_arguments`` has
+    cached (-1: not plain; None: not known yet), so a call that passes exactly that many
+    positional arguments needs no binding check."""
     spec = getattr(fn, SPEC_ATTR, None)
     facts = _facts_of(fn)
     if facts is not None:
@@ -289,8 +292,8 @@ def submit_facts(fn: Callable[..., Any]) -> tuple[TaskSpec, bool]:
             spec = facts.get("spec")
         inject = facts.get("ctx")
         if isinstance(spec, TaskSpec) and inject is not None:
-            return spec, bool(inject)
-    return spec_of(fn), wants_context(fn)
+            return spec, bool(inject), facts.get("arity")
+    return spec_of(fn), wants_context(fn), None
 
 
 class TaskRegistry:

@@ -24,6 +24,10 @@ from collections.abc import Callable
 from chongming_nb.core.errors import TaskCancelled
 
 
+def _nothing() -> None:
+    pass
+
+
 def _always() -> bool:
     return True
 
@@ -63,7 +67,7 @@ class CancellationToken:
         # and a Condition costs more to build than the rest of the token
         self._cond: threading.Condition | None = None
         self.on_pause_reached: Callable[[], bool] = _always
-        self.on_resumed: Callable[[], None] = lambda: None
+        self.on_resumed: Callable[[], None] = _nothing
 
     # --------------------------------------------------------- requests (any thread)
 
