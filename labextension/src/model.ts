@@ -81,6 +81,20 @@ export class TaskModel {
     return this._cursor;
   }
 
+  /**
+   * Grows whenever the set of tasks or a field that decides filtering, grouping or order
+   * (status, name, notebook, kernel, creation time) changes. A view that keeps its
+   * filtered, grouped list while this stays the same only has to patch changed rows.
+   */
+  get layoutRevision(): number {
+    return this._layoutRevision;
+  }
+
+  /** Number of tasks (without building the array that `tasks` returns). */
+  get size(): number {
+    return this._tasks.size;
+  }
+
   task(taskId: string): TaskRow | undefined {
     return this._tasks.get(taskId);
   }
@@ -93,7 +107,7 @@ export class TaskModel {
   async refresh(): Promise<void> {
     try {
       const answer = await this._client.listTasks(tasksQuery({ limit: this._limit }));
-      this._tasks.clear();
+      this._clear();
       this._merge(answer.tasks);
       this._setClock(answer.now);
       this._setSessions(answer.sessions);
@@ -110,7 +124,7 @@ export class TaskModel {
   applyRows(rows: TaskRow[], removed: string[] = []): void {
     this._merge(rows);
     for (const id of removed) {
-      this._tasks.delete(id);
+      this._delete(id);
     }
     this._changed.emit();
   }
@@ -131,11 +145,11 @@ export class TaskModel {
           break;
         }
         if (answer.reset) {
-          this._tasks.clear();
+          this._clear();
         }
         this._merge(answer.tasks);
         for (const id of answer.removed ?? []) {
-          this._tasks.delete(id);
+          this._delete(id);
         }
         this._setClock(answer.now);
         this._setSessions(answer.sessions);
@@ -236,8 +250,34 @@ export class TaskModel {
         continue;
       }
       const path = row.kernel_id ? this._sessions.get(row.kernel_id) : undefined;
-      this._tasks.set(row.task_id, path && row.notebook !== path ? { ...row, notebook: path } : row);
+      this._put(path && row.notebook !== path ? { ...row, notebook: path } : row, old);
     }
+  }
+
+  /** Store a row; bump the layout revision when it is new or moves in a listing. */
+  private _put(row: TaskRow, old: TaskRow | undefined): void {
+    this._tasks.set(row.task_id, row);
+    if (
+      old === undefined ||
+      old.status !== row.status ||
+      old.name !== row.name ||
+      old.notebook !== row.notebook ||
+      old.kernel_id !== row.kernel_id ||
+      old.created_at !== row.created_at
+    ) {
+      this._layoutRevision += 1;
+    }
+  }
+
+  private _delete(taskId: string): void {
+    if (this._tasks.delete(taskId)) {
+      this._layoutRevision += 1;
+    }
+  }
+
+  private _clear(): void {
+    this._tasks.clear();
+    this._layoutRevision += 1;
   }
 
   private _setClock(serverTime: string | undefined): void {
@@ -264,11 +304,11 @@ export class TaskModel {
       this._sessions.set(kernel, path);
     }
     // rows carry the notebook the server resolved; refresh it for moved sessions
-    for (const [id, row] of this._tasks) {
+    for (const row of this._tasks.values()) {
       if (row.kernel_id && this._sessions.has(row.kernel_id)) {
         const path = this._sessions.get(row.kernel_id) ?? null;
         if (row.notebook !== path) {
-          this._tasks.set(id, { ...row, notebook: path });
+          this._put({ ...row, notebook: path }, row);
         }
       }
     }
@@ -281,6 +321,7 @@ export class TaskModel {
   private _commandPollMs: number;
   private _commandTimeoutMs: number;
   private _tasks = new Map<string, TaskRow>();
+  private _layoutRevision = 0;
   private _skewMs = 0;
   private _sessions = new Map<string, string>();
   private _commands = new Map<string, PendingCommand>();

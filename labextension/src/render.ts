@@ -279,169 +279,657 @@ export function rowSignature(row: TaskRow, ctx: RowContext): string {
     ROW_VERBS.map(v => (row.can[v] ? '1' : '0')).join(''),
     p ? `${p.verb}:${p.state}:${p.message ?? ''}` : '',
     ctx.selected === row.task_id ? 'sel' : '',
-    row.failure?.message ?? ''
+    row.failure ? `${row.failure.kind}:${row.failure.message}` : '',
+    row.requested_action ?? '',
+    ROW_VERBS.map(v => row.why[v] ?? '').join('\u0002')
   ].join('\u0001');
 }
 
-export function renderTaskRow(row: TaskRow, ctx: RowContext): HTMLElement {
-  const item = el('li', 'cm-TaskRow');
-  item.dataset.taskId = row.task_id;
-  item.dataset.status = row.status;
-  if (ctx.selected === row.task_id) {
-    item.classList.add('cm-mod-selected');
+/** The parts of a drawn row, kept so that an update patches them in place. */
+interface RowParts {
+  taskId: string;
+  /** The context of the last patch: the buttons' handlers call through it. */
+  ctx: RowContext;
+  sig: string;
+  badge: HTMLElement;
+  name: HTMLButtonElement;
+  meta: HTMLElement;
+  attempt: HTMLElement;
+  duration: HTMLElement;
+  progressText: HTMLElement;
+  bar: HTMLElement;
+  fill: HTMLElement;
+  message: HTMLElement;
+  failure: HTMLElement;
+  notice: HTMLElement;
+  actions: HTMLElement;
+  buttons: Map<ControlVerb, HTMLButtonElement>;
+}
+
+const ROW_PARTS = new WeakMap<HTMLElement, RowParts>();
+
+// setters that write only what differs: an unchanged row causes no DOM mutation at all
+function setText(node: HTMLElement, text: string): void {
+  if (node.textContent !== text) {
+    node.textContent = text;
   }
+}
 
+function setAttr(node: HTMLElement, name: string, value: string | null): void {
+  if (value === null) {
+    if (node.hasAttribute(name)) {
+      node.removeAttribute(name);
+    }
+  } else if (node.getAttribute(name) !== value) {
+    node.setAttribute(name, value);
+  }
+}
+
+function setClass(node: HTMLElement, name: string, on: boolean): void {
+  if (node.classList.contains(name) !== on) {
+    node.classList.toggle(name, on);
+  }
+}
+
+/** Put `child` into `parent` before the first of `after` that is there, or take it out. */
+function place(parent: HTMLElement, child: HTMLElement, show: boolean, after: HTMLElement[]): void {
+  if (!show) {
+    if (child.parentNode === parent) {
+      child.remove();
+    }
+    return;
+  }
+  if (child.parentNode === parent) {
+    return;
+  }
+  const before = after.find(n => n.parentNode === parent) ?? null;
+  parent.insertBefore(child, before);
+}
+
+function createRow(taskId: string, ctx: RowContext): HTMLElement {
+  const item = el('li', 'cm-TaskRow');
+  item.dataset.taskId = taskId;
   const head = el('div', 'cm-TaskRow-head');
-  const badge = el('span', `cm-StatusBadge cm-status-${row.status}`, row.status.replace('_', ' '));
-  badge.title = row.requested_action
-    ? `${row.status} (${row.requested_action} requested)`
-    : row.status;
-  const name = el('button', 'cm-TaskRow-name', row.name);
+  const badge = el('span', 'cm-StatusBadge');
+  const name = el('button', 'cm-TaskRow-name');
   name.type = 'button';
-  name.title = `${row.name} (${row.task_id})`;
-  name.setAttribute('aria-label', `Show details of task ${row.name}`);
-  name.addEventListener('click', () => ctx.onSelect(row.task_id));
   head.append(badge, name);
-
   const meta = el('div', 'cm-TaskRow-meta');
-  const attempt = el('span', 'cm-TaskRow-attempt', `attempt ${formatAttempt(row)}`);
-  const duration = el(
-    'span',
-    'cm-TaskRow-duration',
-    formatDuration(liveDuration(row, ctx.now))
-  );
+  const attempt = el('span', 'cm-TaskRow-attempt');
+  const duration = el('span', 'cm-TaskRow-duration');
   duration.title = 'duration of the current attempt';
   meta.append(attempt, duration);
-
-  const progressText = formatProgress(row);
-  if (row.progress) {
-    const bar = el('div', 'cm-Progress');
-    bar.setAttribute('role', 'progressbar');
-    bar.setAttribute('aria-label', `Progress of task ${row.name}`);
-    const fraction =
-      row.progress.total && row.progress.total > 0
-        ? Math.min(1, Math.max(0, row.progress.done / row.progress.total))
-        : null;
-    if (fraction !== null) {
-      bar.setAttribute('aria-valuemin', '0');
-      bar.setAttribute('aria-valuemax', '100');
-      bar.setAttribute('aria-valuenow', String(Math.round(fraction * 100)));
-    }
-    bar.setAttribute('aria-valuetext', progressText);
-    const fill = el('div', 'cm-Progress-fill');
-    fill.style.width = fraction === null ? '100%' : `${(fraction * 100).toFixed(1)}%`;
-    if (fraction === null) {
-      fill.classList.add('cm-mod-indeterminate');
-    }
-    bar.append(fill);
-    meta.append(el('span', 'cm-TaskRow-progress', progressText), bar);
-  }
-
+  const bar = el('div', 'cm-Progress');
+  bar.setAttribute('role', 'progressbar');
+  bar.append(el('div', 'cm-Progress-fill'));
   const actions = el('div', 'cm-TaskRow-actions');
+  const notice = el('div', 'cm-TaskRow-notice');
+  notice.setAttribute('role', 'status');
+  const parts: RowParts = {
+    taskId,
+    ctx,
+    sig: '',
+    badge,
+    name,
+    meta,
+    attempt,
+    duration,
+    progressText: el('span', 'cm-TaskRow-progress'),
+    bar,
+    fill: bar.firstElementChild as HTMLElement,
+    message: el('div', 'cm-TaskRow-message'),
+    failure: el('div', 'cm-TaskRow-failure'),
+    notice,
+    actions,
+    buttons: new Map()
+  };
+  name.addEventListener('click', () => parts.ctx.onSelect(parts.taskId));
   for (const verb of ROW_VERBS) {
     const button = el('button', `cm-VerbButton cm-verb-${verb}`, VERB_LABELS[verb]);
     button.type = 'button';
     button.dataset.verb = verb;
-    button.setAttribute('aria-label', `${VERB_LABELS[verb]} task ${row.name}`);
-    const allowed = row.can[verb] === true;
-    const busy = ctx.pending(row.task_id);
-    const inFlight = busy !== undefined && ['sending', 'pending', 'claimed'].includes(busy.state);
-    button.disabled = !allowed || inFlight;
-    button.title = allowed ? `${VERB_LABELS[verb]} ${row.name}` : (row.why[verb] ?? 'not allowed now');
     button.addEventListener('click', event => {
       event.stopPropagation();
-      ctx.onVerb(row.task_id, verb);
+      parts.ctx.onVerb(parts.taskId, verb);
     });
+    parts.buttons.set(verb, button);
     actions.append(button);
   }
+  item.append(head, meta, actions);
+  ROW_PARTS.set(item, parts);
+  return item;
+}
 
-  item.append(head, meta);
-  if (row.progress?.message) {
-    item.append(el('div', 'cm-TaskRow-message', row.progress.message));
-  }
-  if (row.failure && isTerminal(row.status)) {
-    item.append(
-      el('div', 'cm-TaskRow-failure', `${row.failure.kind}: ${row.failure.message}`)
-    );
-  }
-  const note = pendingText(ctx.pending(row.task_id));
-  if (note) {
-    const notice = el('div', 'cm-TaskRow-notice', note);
-    notice.setAttribute('role', 'status');
-    item.append(notice);
-  }
-  item.append(actions);
+/** A new row element for `row`; `patchTaskRow` keeps it current. */
+export function renderTaskRow(row: TaskRow, ctx: RowContext): HTMLElement {
+  const item = createRow(row.task_id, ctx);
+  patchTaskRow(item, row, ctx);
   return item;
 }
 
 /**
- * A list of groups that re-uses the DOM of rows whose signature did not change, so a
- * feed update touching a few tasks among thousands redraws only those few.
+ * Bring a row drawn by `renderTaskRow` (for the same task) up to date in place: only the
+ * text and attributes that differ are written, and no element is replaced, so a focused
+ * button keeps its focus. Every user string is set as text or as an attribute value.
+ */
+export function patchTaskRow(
+  item: HTMLElement,
+  row: TaskRow,
+  ctx: RowContext,
+  signature?: string
+): void {
+  const p = ROW_PARTS.get(item);
+  if (!p || p.taskId !== row.task_id) {
+    throw new Error(`not a row of task ${row.task_id}`);
+  }
+  p.ctx = ctx;
+  p.sig = signature ?? rowSignature(row, ctx);
+  setAttr(item, 'data-status', row.status);
+  setClass(item, 'cm-mod-selected', ctx.selected === row.task_id);
+
+  const badgeClass = `cm-StatusBadge cm-status-${row.status}`;
+  if (p.badge.className !== badgeClass) {
+    p.badge.className = badgeClass;
+  }
+  setText(p.badge, row.status.replace('_', ' '));
+  setAttr(
+    p.badge,
+    'title',
+    row.requested_action ? `${row.status} (${row.requested_action} requested)` : row.status
+  );
+  setText(p.name, row.name);
+  setAttr(p.name, 'title', `${row.name} (${row.task_id})`);
+  setAttr(p.name, 'aria-label', `Show details of task ${row.name}`);
+
+  setText(p.attempt, `attempt ${formatAttempt(row)}`);
+  setText(p.duration, formatDuration(liveDuration(row, ctx.now)));
+
+  const progress = row.progress;
+  if (progress) {
+    const progressText = formatProgress(row);
+    setText(p.progressText, progressText);
+    setAttr(p.bar, 'aria-label', `Progress of task ${row.name}`);
+    const fraction =
+      progress.total && progress.total > 0
+        ? Math.min(1, Math.max(0, progress.done / progress.total))
+        : null;
+    setAttr(p.bar, 'aria-valuemin', fraction === null ? null : '0');
+    setAttr(p.bar, 'aria-valuemax', fraction === null ? null : '100');
+    setAttr(p.bar, 'aria-valuenow', fraction === null ? null : String(Math.round(fraction * 100)));
+    setAttr(p.bar, 'aria-valuetext', progressText);
+    const width = fraction === null ? '100%' : `${(fraction * 100).toFixed(1)}%`;
+    if (p.fill.style.width !== width) {
+      p.fill.style.width = width;
+    }
+    setClass(p.fill, 'cm-mod-indeterminate', fraction === null);
+  }
+  place(p.meta, p.progressText, progress !== null && progress !== undefined, []);
+  place(p.meta, p.bar, progress !== null && progress !== undefined, []);
+
+  const message = row.progress?.message ?? '';
+  if (message) {
+    setText(p.message, message);
+  }
+  place(item, p.message, message !== '', [p.failure, p.notice, p.actions]);
+  const failed = row.failure !== null && row.failure !== undefined && isTerminal(row.status);
+  if (failed && row.failure) {
+    setText(p.failure, `${row.failure.kind}: ${row.failure.message}`);
+  }
+  place(item, p.failure, failed, [p.notice, p.actions]);
+  const busy = ctx.pending(row.task_id);
+  const note = pendingText(busy);
+  if (note) {
+    setText(p.notice, note);
+  }
+  place(item, p.notice, note !== '', [p.actions]);
+
+  const inFlight = busy !== undefined && ['sending', 'pending', 'claimed'].includes(busy.state);
+  for (const [verb, button] of p.buttons) {
+    const allowed = row.can[verb] === true;
+    setAttr(button, 'aria-label', `${VERB_LABELS[verb]} task ${row.name}`);
+    if (button.disabled !== (!allowed || inFlight)) {
+      button.disabled = !allowed || inFlight;
+    }
+    setAttr(
+      button,
+      'title',
+      allowed ? `${VERB_LABELS[verb]} ${row.name}` : (row.why[verb] ?? 'not allowed now')
+    );
+  }
+}
+
+// ------------------------------------------------------------------ the windowed list
+
+export interface TaskListOptions {
+  /** Items drawn beyond each edge of the viewport (default 4). */
+  overscan?: number;
+  /** Height assumed for a row of a shape never measured, px (default 76). */
+  rowHeight?: number;
+  /** Height assumed for a group title never measured, px (default 28). */
+  headerHeight?: number;
+  /** Viewport height assumed while the list has no layout (hidden, tests), px. */
+  fallbackViewport?: number;
+  /** Called when the viewport moved or changed size: the owner should `draw` soon. */
+  onViewportChange?: () => void;
+}
+
+interface HeaderItem {
+  kind: 'header';
+  group: TaskGroup;
+}
+
+interface RowItem {
+  kind: 'row';
+  group: TaskGroup;
+  row: TaskRow;
+  /** Position in its group, from 0. */
+  pos: number;
+}
+
+type ListItem = HeaderItem | RowItem;
+
+/** The DOM of a group: its section, title and list (the title only while in view). */
+interface GroupNodes {
+  section: HTMLElement;
+  header: HTMLElement;
+  list: HTMLElement;
+}
+
+/** Rows of the same shape have the same height at a given width. */
+function rowShape(row: TaskRow): string {
+  return [
+    row.progress ? 'p' : '',
+    row.progress?.message ? 'm' : '',
+    row.failure && isTerminal(row.status) ? 'f' : ''
+  ].join('');
+}
+
+/** Index of the last offset <= `y` (offsets ascending, offsets[0] = 0). */
+function itemAt(offsets: Float64Array, count: number, y: number): number {
+  let lo = 0;
+  let hi = count - 1;
+  while (lo < hi) {
+    const mid = (lo + hi + 1) >> 1;
+    if (offsets[mid] <= y) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+/** Make `parent`'s element children exactly `desired`, moving as little as possible. */
+function syncChildren(parent: HTMLElement, desired: readonly HTMLElement[]): void {
+  const keep = new Set<Element>(desired);
+  for (let child = parent.firstElementChild; child !== null; ) {
+    const next = child.nextElementSibling;
+    if (!keep.has(child)) {
+      child.remove();
+    }
+    child = next;
+  }
+  let cursor = parent.firstElementChild;
+  for (const node of desired) {
+    if (cursor === node) {
+      cursor = cursor.nextElementSibling;
+    } else {
+      parent.insertBefore(node, cursor);
+    }
+  }
+}
+
+/**
+ * The task list, grouped by notebook and windowed: `node` is the scrolling viewport,
+ * and only the group titles and rows within it (plus `overscan` items on each side) are
+ * in the DOM, inside a sizer as tall as the whole list. Heights of items not drawn are
+ * estimated (the last measured height of that row, else of a row of the same shape);
+ * drawn items are measured, and the scroll position is corrected so that what is on
+ * screen does not jump when an estimate was wrong. A drawn row is patched in place when
+ * its signature changed, so a feed update or the duration tick touches only the few
+ * visible rows that changed.
  */
 export class TaskListView {
-  constructor(readonly node: HTMLElement) {
+  constructor(
+    readonly node: HTMLElement,
+    options: TaskListOptions = {}
+  ) {
+    this._overscan = options.overscan ?? 4;
+    this._defaultRow = options.rowHeight ?? 76;
+    this._defaultHeader = options.headerHeight ?? 28;
+    this._fallbackViewport = options.fallbackViewport ?? 800;
     node.classList.add('cm-TaskList');
-    node.setAttribute('role', 'list');
+    // a scrollable region a keyboard can reach and scroll
+    node.tabIndex = 0;
+    node.setAttribute('role', 'group');
+    node.setAttribute('aria-label', 'Task list');
+    this._sizer = el('div', 'cm-TaskList-sizer');
+    this._window = el('div', 'cm-TaskList-window');
+    this._sizer.append(this._window);
+    this._empty = el('p', 'cm-TaskList-empty', 'No tasks match.');
+    node.append(this._sizer);
+    const changed = options.onViewportChange;
+    if (changed) {
+      node.addEventListener('scroll', () => changed(), { passive: true });
+      if (typeof ResizeObserver !== 'undefined') {
+        this._resize = new ResizeObserver(() => changed());
+        this._resize.observe(node);
+      }
+    }
   }
 
-  /** Number of rows drawn by the last update (for tests and benchmarks). */
+  /** Rows created or patched by the last draw (for tests and benchmarks). */
   redrawn = 0;
 
-  update(groups: TaskGroup[], ctx: RowContext): void {
-    const children: HTMLElement[] = [];
-    const nextRows = new Map<string, { sig: string; node: HTMLElement }>();
-    this.redrawn = 0;
-    for (const group of groups) {
-      const section = this._section(group);
-      const list = section.querySelector('ul') as HTMLUListElement;
-      const items: HTMLElement[] = [];
-      for (const row of group.rows) {
-        const sig = rowSignature(row, ctx);
-        const old = this._rows.get(row.task_id);
-        let node: HTMLElement;
-        if (old && old.sig === sig) {
-          node = old.node;
-        } else {
-          node = renderTaskRow(row, ctx);
-          this.redrawn += 1;
-        }
-        nextRows.set(row.task_id, { sig, node });
-        items.push(node);
-      }
-      list.replaceChildren(...items);
-      children.push(section);
-    }
-    this._rows = nextRows;
-    if (groups.length === 0) {
-      const empty = el('p', 'cm-TaskList-empty', 'No tasks match.');
-      children.push(empty);
-    }
-    this.node.replaceChildren(...children);
+  /** Rows in the list (drawn or not). */
+  get rowCount(): number {
+    return this._rowCount;
   }
 
-  private _section(group: TaskGroup): HTMLElement {
-    let section = this._sections.get(group.key);
-    if (!section) {
-      section = el('section', 'cm-TaskGroup');
+  /** Rows in the DOM now. */
+  get drawnCount(): number {
+    return this._drawn.size;
+  }
+
+  /** Total height of the list, px (estimated for items never drawn). */
+  get height(): number {
+    return this._offsets[this._items.length] ?? 0;
+  }
+
+  /** Set the groups and draw them. */
+  update(groups: TaskGroup[], ctx: RowContext): void {
+    this.setGroups(groups);
+    this.draw(ctx);
+  }
+
+  /** Replace the list (new filter, or tasks added, removed, moved); draws nothing. */
+  setGroups(groups: TaskGroup[]): void {
+    const items: ListItem[] = [];
+    let rows = 0;
+    for (const group of groups) {
+      items.push({ kind: 'header', group });
+      group.rows.forEach((row, pos) => items.push({ kind: 'row', group, row, pos }));
+      rows += group.rows.length;
+    }
+    this._items = items;
+    this._groups = groups;
+    this._rowCount = rows;
+    this._index = new Map();
+    items.forEach((item, i) => {
+      if (item.kind === 'row') {
+        this._index.set(item.row.task_id, i);
+      }
+    });
+    this._layout();
+  }
+
+  /**
+   * Point the list at newer copies of its rows, keeping membership and order (the caller
+   * knows no task was added, removed or moved); draws nothing.
+   */
+  replaceRows(lookup: (taskId: string) => TaskRow | undefined): void {
+    let shapes = false;
+    for (const item of this._items) {
+      if (item.kind === 'row') {
+        const row = lookup(item.row.task_id);
+        if (row !== undefined && row !== item.row) {
+          shapes ||= rowShape(row) !== rowShape(item.row);
+          item.row = row;
+        }
+      }
+    }
+    if (shapes) {
+      this._layout();
+    }
+  }
+
+  /** Bring the viewport to a task's row; false when the list does not hold it. */
+  scrollToTask(taskId: string): boolean {
+    const i = this._index.get(taskId);
+    if (i === undefined) {
+      return false;
+    }
+    const top = this._offsets[i];
+    const viewport = this._viewport();
+    const scroll = this.node.scrollTop;
+    if (top < scroll) {
+      this.node.scrollTop = top;
+    } else if (top + this._heights[i] > scroll + viewport) {
+      this.node.scrollTop = Math.max(0, top + this._heights[i] - viewport);
+    }
+    return true;
+  }
+
+  /** Draw the items in view (and the overscan) for the current scroll position. */
+  draw(ctx: RowContext): void {
+    this.redrawn = 0;
+    const n = this._items.length;
+    if (n === 0) {
+      syncChildren(this._window, []);
+      this._drawn.clear();
+      this._setHeight(0);
+      if (this._empty.parentNode !== this.node) {
+        this.node.append(this._empty);
+      }
+      return;
+    }
+    if (this._empty.parentNode === this.node) {
+      this._empty.remove();
+    }
+    const width = this.node.clientWidth;
+    if (width !== this._width) {
+      // rows wrap differently at another width: measure again
+      this._width = width;
+      this._measured.clear();
+      this._layout();
+    }
+    // a wrong estimate above the viewport moves what is on screen: draw, measure and
+    // correct the scroll position until the drawn heights match (twice at most here)
+    for (let pass = 0; pass < 3; pass++) {
+      const scroll = Math.min(this.node.scrollTop, Math.max(0, this.height - this._viewport()));
+      const viewport = this._viewport();
+      const first = itemAt(this._offsets, n, scroll);
+      const last = itemAt(this._offsets, n, scroll + viewport);
+      const start = Math.max(0, first - this._overscan);
+      const end = Math.min(n, last + 1 + this._overscan);
+      this._drawRange(start, end, ctx);
+      const anchorShift = scroll - this._offsets[first];
+      if (!this._measure(start, end)) {
+        break;
+      }
+      this._layout();
+      if (scroll > 0) {
+        const target = this._offsets[first] + anchorShift;
+        if (Math.abs(this.node.scrollTop - target) >= 1) {
+          this.node.scrollTop = target;
+        }
+      }
+    }
+  }
+
+  dispose(): void {
+    this._resize?.disconnect();
+  }
+
+  private _viewport(): number {
+    return this.node.clientHeight || this._fallbackViewport;
+  }
+
+  private _setHeight(px: number): void {
+    const height = `${Math.round(px)}px`;
+    if (this._sizer.style.height !== height) {
+      this._sizer.style.height = height;
+    }
+  }
+
+  /** Heights (measured or estimated) and offsets of every item. */
+  private _layout(): void {
+    const n = this._items.length;
+    if (this._heights.length !== n) {
+      this._heights = new Float64Array(n);
+      this._offsets = new Float64Array(n + 1);
+    }
+    let y = 0;
+    for (let i = 0; i < n; i++) {
+      const item = this._items[i];
+      let h: number;
+      if (item.kind === 'header') {
+        h = this._shapes.get('header') ?? this._defaultHeader;
+      } else {
+        const shape = rowShape(item.row);
+        const known = this._measured.get(item.row.task_id);
+        h =
+          known !== undefined && known.shape === shape
+            ? known.height
+            : (this._shapes.get(shape) ?? this._defaultRow);
+      }
+      this._heights[i] = h;
+      this._offsets[i] = y;
+      y += h;
+    }
+    this._offsets[n] = y;
+    this._setHeight(y);
+  }
+
+  private _drawRange(start: number, end: number, ctx: RowContext): void {
+    const sections: HTMLElement[] = [];
+    const drawn = new Map<string, HTMLElement>();
+    let rows: HTMLElement[] = [];
+    let current: { nodes: GroupNodes; header: boolean } | null = null;
+    const flush = () => {
+      if (current) {
+        const { section, header, list } = current.nodes;
+        syncChildren(section, current.header ? [header, list] : [list]);
+        syncChildren(list, rows);
+      }
+      rows = [];
+    };
+    for (let i = start; i < end; i++) {
+      const item = this._items[i];
+      if (
+        current === null ||
+        item.kind === 'header' ||
+        current.nodes.section.dataset.notebook !== item.group.key
+      ) {
+        flush();
+        const nodes = this._section(item.group);
+        sections.push(nodes.section);
+        current = { nodes, header: item.kind === 'header' };
+      }
+      if (item.kind === 'header') {
+        continue;
+      }
+      const row = item.row;
+      let node = this._drawn.get(row.task_id);
+      const sig = rowSignature(row, ctx);
+      if (node === undefined) {
+        node = createRow(row.task_id, ctx);
+        patchTaskRow(node, row, ctx, sig);
+        this.redrawn += 1;
+      } else if (ROW_PARTS.get(node)?.sig !== sig) {
+        patchTaskRow(node, row, ctx, sig);
+        this.redrawn += 1;
+      } else {
+        (ROW_PARTS.get(node) as RowParts).ctx = ctx;
+      }
+      setAttr(node, 'aria-setsize', String(item.group.rows.length));
+      setAttr(node, 'aria-posinset', String(item.pos + 1));
+      drawn.set(row.task_id, node);
+      rows.push(node);
+    }
+    flush();
+    syncChildren(this._window, sections);
+    const top = `${Math.round(this._offsets[start])}px`;
+    if (this._window.style.top !== top) {
+      this._window.style.top = top;
+    }
+    this._drawn = drawn;
+    // forget the sections of groups that are gone
+    if (this._sections.size > this._groups.length) {
+      const keys = new Set(this._groups.map(g => g.key));
+      for (const key of this._sections.keys()) {
+        if (!keys.has(key)) {
+          this._sections.delete(key);
+        }
+      }
+    }
+  }
+
+  /** Measure the drawn items; true when a height differs from the one assumed. */
+  private _measure(start: number, end: number): boolean {
+    const nodes: HTMLElement[] = [];
+    for (let i = start; i < end; i++) {
+      const item = this._items[i];
+      const node =
+        item.kind === 'header'
+          ? this._sections.get(item.group.key)?.header
+          : this._drawn.get(item.row.task_id);
+      if (!node) {
+        return false;
+      }
+      nodes.push(node);
+    }
+    const tops = nodes.map(n => n.getBoundingClientRect().top);
+    const bottom = this._window.getBoundingClientRect().bottom;
+    let changed = false;
+    for (let k = 0; k < nodes.length; k++) {
+      const h = (k + 1 < nodes.length ? tops[k + 1] : bottom) - tops[k];
+      if (!(h > 0)) {
+        return false; // no layout (hidden, or a DOM without one): keep the estimates
+      }
+      const item = this._items[start + k];
+      if (item.kind === 'header') {
+        this._shapes.set('header', h);
+      } else {
+        const shape = rowShape(item.row);
+        this._measured.set(item.row.task_id, { shape, height: h });
+        this._shapes.set(shape, h);
+      }
+      if (Math.abs(h - this._heights[start + k]) >= 0.5) {
+        changed = true;
+      }
+    }
+    return changed;
+  }
+
+  private _section(group: TaskGroup): GroupNodes {
+    let nodes = this._sections.get(group.key);
+    if (!nodes) {
+      const section = el('section', 'cm-TaskGroup');
       section.dataset.notebook = group.key;
       const header = el('h3', 'cm-TaskGroup-title');
       const list = el('ul', 'cm-TaskGroup-rows');
       section.append(header, list);
-      this._sections.set(group.key, section);
+      nodes = { section, header, list };
+      this._sections.set(group.key, nodes);
     }
-    const header = section.querySelector('h3') as HTMLElement;
-    const title = `${group.label} (${group.rows.length})`;
-    if (header.textContent !== title) {
-      header.textContent = title;
-      header.title = group.label;
-    }
-    const list = section.querySelector('ul') as HTMLElement;
-    list.setAttribute('aria-label', `Tasks of ${group.label}`);
-    return section;
+    setText(nodes.header, `${group.label} (${group.rows.length})`);
+    setAttr(nodes.header, 'title', group.label);
+    setAttr(nodes.list, 'aria-label', `Tasks of ${group.label}`);
+    return nodes;
   }
 
-  private _rows = new Map<string, { sig: string; node: HTMLElement }>();
-  private _sections = new Map<string, HTMLElement>();
+  private _overscan: number;
+  private _defaultRow: number;
+  private _defaultHeader: number;
+  private _fallbackViewport: number;
+  private _sizer: HTMLElement;
+  private _window: HTMLElement;
+  private _empty: HTMLElement;
+  private _resize: ResizeObserver | null = null;
+  private _items: ListItem[] = [];
+  private _groups: TaskGroup[] = [];
+  private _rowCount = 0;
+  private _index = new Map<string, number>();
+  private _heights = new Float64Array(0);
+  private _offsets = new Float64Array(1);
+  private _width = -1;
+  /** Measured height of a row, valid while its shape stays the same. */
+  private _measured = new Map<string, { shape: string; height: number }>();
+  /** Last measured height per row shape ('header' for group titles). */
+  private _shapes = new Map<string, number>();
+  private _drawn = new Map<string, HTMLElement>();
+  private _sections = new Map<string, GroupNodes>();
 }
 
 // ------------------------------------------------------------------ details

@@ -5,7 +5,7 @@
  */
 import { Widget } from '@lumino/widgets';
 
-import { ITasksClient, TaskDetail } from './api';
+import { ITasksClient, TaskDetail, TaskRow } from './api';
 import { ControlVerb, OCCUPIED_STATUSES, TASK_STATUSES, isTerminal } from './contract';
 import { TaskModel, describe } from './model';
 import {
@@ -88,13 +88,20 @@ export class TasksPanel extends Widget {
     this._statusLine.setAttribute('aria-live', 'polite');
 
     const listNode = document.createElement('div');
-    this._list = new TaskListView(listNode);
+    this._list = new TaskListView(listNode, {
+      onViewportChange: () => this._scheduleRender()
+    });
     this._detailsNode = document.createElement('div');
     this._detailsNode.className = 'cm-TasksPanel-details';
 
     this.node.append(header, filters, this._statusLine, listNode, this._detailsNode);
-    this.model.changed.connect(this._scheduleRender, this);
+    this.model.changed.connect(this._onModelChanged, this);
     this._updateNotebookOptions();
+  }
+
+  /** The list view (windowed: only the rows in view are in the DOM). */
+  get list(): TaskListView {
+    return this._list;
   }
 
   get filter(): TaskFilter {
@@ -106,6 +113,7 @@ export class TasksPanel extends Widget {
     this._filter = { ...this._filter, notebook: key };
     this._updateNotebookOptions();
     this._notebookSelect.value = toOptionValue(key);
+    this._layoutDirty = true;
     this._scheduleRender();
   }
 
@@ -124,7 +132,13 @@ export class TasksPanel extends Widget {
     return this._selected;
   }
 
-  /** Draw now (used by tests and the tick). */
+  /**
+   * Draw now (used by tests; otherwise once per animation frame). Filtering, grouping
+   * and sorting run only when the filter changed or the model's layout revision moved
+   * (tasks added, removed, or changed in status, name, notebook or creation time); a
+   * feed update that only moved progress points the list at the new rows, and the
+   * list patches the visible rows whose content changed.
+   */
   render(): void {
     this._renderPending = false;
     const ctx: RowContext = {
@@ -134,18 +148,29 @@ export class TasksPanel extends Widget {
       onSelect: id => this.select(this._selected === id ? null : id),
       selected: this._selected
     };
-    this._updateNotebookOptions();
-    const rows = filterTasks(this.model.tasks, this._filter);
-    this._list.update(groupByNotebook(rows), ctx);
-    const total = this.model.tasks.length;
-    let line = `${rows.length} of ${total} tasks`;
+    if (this._layoutDirty || this.model.layoutRevision !== this._layoutRevision) {
+      this._layoutDirty = false;
+      this._dataDirty = false;
+      this._layoutRevision = this.model.layoutRevision;
+      const tasks = this.model.tasks;
+      this._updateNotebookOptions(tasks);
+      const rows = filterTasks(tasks, this._filter);
+      this._shown = rows.length;
+      this._list.setGroups(groupByNotebook(rows));
+    } else if (this._dataDirty) {
+      this._dataDirty = false;
+      this._list.replaceRows(id => this.model.task(id));
+    }
+    this._list.draw(ctx);
+    const total = this.model.size;
+    let line = `${this._shown} of ${total} tasks`;
     if (!this.model.loaded && this.model.error === null) {
       line = 'Loading tasks…';
     }
     if (this.model.error !== null) {
       line = `Cannot reach the task store: ${this.model.error}`;
       this._statusLine.classList.add('cm-mod-error');
-    } else {
+    } else if (this._statusLine.classList.contains('cm-mod-error')) {
       this._statusLine.classList.remove('cm-mod-error');
     }
     if (this._statusLine.textContent !== line) {
@@ -172,10 +197,20 @@ export class TasksPanel extends Widget {
     this._stopTicker();
   }
 
+  protected onResize(): void {
+    this._scheduleRender();
+  }
+
   dispose(): void {
     this._stopTicker();
-    this.model.changed.disconnect(this._scheduleRender, this);
+    this.model.changed.disconnect(this._onModelChanged, this);
+    this._list.dispose();
     super.dispose();
+  }
+
+  private _onModelChanged(): void {
+    this._dataDirty = true;
+    this._scheduleRender();
   }
 
   private _onFilterChange(): void {
@@ -191,6 +226,7 @@ export class TasksPanel extends Widget {
       notebook: fromOptionValue(this._notebookSelect.value),
       text: this._textInput.value
     };
+    this._layoutDirty = true;
     this._scheduleRender();
   }
 
@@ -202,8 +238,8 @@ export class TasksPanel extends Widget {
     });
   }
 
-  private _updateNotebookOptions(): void {
-    const options = notebookOptions(this.model.tasks);
+  private _updateNotebookOptions(tasks: TaskRow[] = this.model.tasks): void {
+    const options = notebookOptions(tasks);
     if (this._filter.notebook !== null && !options.some(o => o.key === this._filter.notebook)) {
       options.push({ key: this._filter.notebook, label: notebookLabel(this._filter.notebook) });
     }
@@ -236,6 +272,8 @@ export class TasksPanel extends Widget {
     if (this._ticker !== null) {
       return;
     }
+    // durations of running tasks move every second: redraw (only the visible rows
+    // whose text changes are touched)
     this._ticker = window.setInterval(() => {
       if (this.isVisible && this.model.tasks.some(t => isOccupied(t.status))) {
         this._scheduleRender();
@@ -327,6 +365,10 @@ export class TasksPanel extends Widget {
   private _detailLoadedAt = 0;
   private _notebookSignature = '';
   private _renderPending = false;
+  private _layoutDirty = true;
+  private _dataDirty = true;
+  private _layoutRevision = -1;
+  private _shown = 0;
   private _ticker: number | null = null;
 }
 

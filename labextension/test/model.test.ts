@@ -117,4 +117,33 @@ describe('TaskModel', () => {
     expect(await model.sendToKernel('k1', 'pause')).toBe(1);
     expect(client.sent).toEqual([['a', 'pause']]);
   });
+  it('moves the layout revision only when a listing would change order or membership', async () => {
+    const client = new FakeClient();
+    client.listing.tasks = [row({ task_id: 'a' }), row({ task_id: 'b', notebook: 'b.ipynb' })];
+    const model = new TaskModel({ client });
+    await model.refresh();
+    expect(model.size).toBe(2);
+    let rev = model.layoutRevision;
+    // progress, duration, can flags: the same rows in the same places
+    model.applyRows([
+      row({ task_id: 'a', status_version: 3, progress: { done: 5, total: 10, unit: null, message: 'x', fraction: 0.5 } }),
+      row({ task_id: 'b', notebook: 'b.ipynb', can: { pause: false, resume: true, stop: true, retry: false, skip: false } })
+    ]);
+    expect(model.layoutRevision).toBe(rev);
+    for (const change of [
+      () => model.applyRows([row({ task_id: 'a', status_version: 4, status: 'paused' })]),
+      () => model.applyRows([row({ task_id: 'a', status_version: 5, status: 'paused', name: 'other' })]),
+      () => model.applyRows([row({ task_id: 'c' })]),
+      () => model.applyRows([], ['c']),
+      () => model.setSessions(new Map([['k1', 'moved.ipynb']])),
+      () => model.refresh()
+    ]) {
+      await change();
+      expect(model.layoutRevision).toBeGreaterThan(rev);
+      rev = model.layoutRevision;
+    }
+    // a stale row and an unknown removal change nothing
+    model.applyRows([row({ task_id: 'a', status_version: 1, status: 'queued' })], ['nope']);
+    expect(model.layoutRevision).toBe(rev);
+  });
 });

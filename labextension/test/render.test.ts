@@ -13,6 +13,7 @@ import {
   statusBarText,
   RowContext
 } from '../src/render';
+import { TaskRow } from '../src/api';
 import { row } from './fixtures';
 
 function ctx(overrides: Partial<RowContext> = {}): RowContext {
@@ -165,18 +166,197 @@ describe('rows', () => {
   });
 });
 
-describe('TaskListView', () => {
-  it('redraws only rows whose content changed', () => {
+describe('TaskListView (windowed)', () => {
+  // no layout in happy-dom: every height is the estimate, the viewport the fallback
+  const ROW = 50;
+  const HEADER = 20;
+  const VIEWPORT = 500;
+  const OVERSCAN = 3;
+
+  function many(n: number, notebook = 'a.ipynb', prefix = 't'): TaskRow[] {
+    return Array.from({ length: n }, (_, i) =>
+      row({
+        task_id: `${prefix}${String(i).padStart(5, '0')}`,
+        name: `task ${i}`,
+        status: 'paused',
+        notebook
+      })
+    );
+  }
+
+  function setup(rows: TaskRow[]) {
     const host = document.createElement('div');
-    const view = new TaskListView(host);
-    const rows = Array.from({ length: 50 }, (_, i) => row({ task_id: `t${i}`, name: `task ${i}`, status: 'paused' }));
+    document.body.append(host);
+    const view = new TaskListView(host, {
+      rowHeight: ROW,
+      headerHeight: HEADER,
+      fallbackViewport: VIEWPORT,
+      overscan: OVERSCAN
+    });
     view.update(groupByNotebook(rows), ctx());
-    expect(view.redrawn).toBe(50);
-    expect(host.querySelectorAll('li.cm-TaskRow')).toHaveLength(50);
-    rows[7] = { ...rows[7], status: 'queued', status_version: 9 };
-    view.update(groupByNotebook(rows), ctx());
+    const drawn = () =>
+      Array.from(host.querySelectorAll<HTMLElement>('li.cm-TaskRow')).map(li => li.dataset.taskId);
+    return { host, view, drawn };
+  }
+
+  it('draws only the rows in view plus the overscan, however long the list', () => {
+    const bound = Math.ceil(VIEWPORT / ROW) + 1 + 2 * OVERSCAN;
+    for (const n of [50, 2000, 10000]) {
+      const { host, view, drawn } = setup(many(n));
+      expect(view.rowCount).toBe(n);
+      expect(drawn().length).toBeLessThanOrEqual(bound);
+      expect(view.drawnCount).toBe(drawn().length);
+      expect(drawn()[0]).toBe('t00000');
+      // the sizer is as tall as the whole list, so the scrollbar is honest
+      const sizer = host.querySelector<HTMLElement>('.cm-TaskList-sizer')!;
+      expect(sizer.style.height).toBe(`${HEADER + n * ROW}px`);
+      host.remove();
+    }
+  });
+
+  it('scrolling shows the right rows, at their offset, with their position in the group', () => {
+    const { host, view, drawn } = setup(many(2000));
+    host.scrollTop = HEADER + 1000 * ROW;
+    view.draw(ctx());
+    const ids = drawn();
+    // row 1000 is at the top of the viewport; overscan above, the viewport below
+    expect(ids[0]).toBe(`t${String(1000 - OVERSCAN).padStart(5, '0')}`);
+    expect(ids).toContain('t01000');
+    expect(ids).toContain(`t${String(1000 + VIEWPORT / ROW - 1).padStart(5, '0')}`);
+    expect(ids).not.toContain('t00000');
+    expect(ids.length).toBeLessThanOrEqual(Math.ceil(VIEWPORT / ROW) + 1 + 2 * OVERSCAN);
+    // contiguous and in order
+    const numbers = ids.map(id => Number(id!.slice(1)));
+    expect(numbers).toEqual(numbers.map((_, k) => numbers[0] + k));
+    const win = host.querySelector<HTMLElement>('.cm-TaskList-window')!;
+    expect(win.style.top).toBe(`${HEADER + (1000 - OVERSCAN) * ROW}px`);
+    const li = host.querySelector<HTMLElement>('li[data-task-id="t01000"]')!;
+    expect(li.getAttribute('aria-posinset')).toBe('1001');
+    expect(li.getAttribute('aria-setsize')).toBe('2000');
+    // the group title scrolled away; the list keeps its label
+    const section = host.querySelector('section[data-notebook="a.ipynb"]')!;
+    expect(section.querySelector('h3')).toBeNull();
+    expect(section.querySelector('ul')?.getAttribute('aria-label')).toBe('Tasks of a.ipynb');
+    // ... and holds only rows (the title's text went nowhere else)
+    const drawAgain = () => view.draw(ctx({ now: Date.parse('2026-01-01T00:09:00Z') }));
+    drawAgain();
+    expect(Array.from(section.querySelector('ul')!.childNodes).map(n => n.nodeName)).toEqual(
+      ids.map(() => 'LI')
+    );
+    expect(Array.from(section.childNodes).map(n => n.nodeName)).toEqual(['UL']);
+    // to the end
+    host.scrollTop = HEADER + 2000 * ROW - VIEWPORT;
+    view.draw(ctx());
+    expect(drawn().at(-1)).toBe('t01999');
+    host.remove();
+  });
+
+  it('crosses group boundaries: each drawn group in its own section, titles when in view', () => {
+    const rows = [...many(30, 'a.ipynb', 'a'), ...many(30, 'b.ipynb', 'b')];
+    const { host, view } = setup(rows);
+    // the end of group a and the start of group b
+    host.scrollTop = HEADER + 25 * ROW;
+    view.draw(ctx());
+    const a = host.querySelector('section[data-notebook="a.ipynb"]')!;
+    const b = host.querySelector('section[data-notebook="b.ipynb"]')!;
+    expect(a.querySelector('h3')).toBeNull();
+    expect(a.querySelector('li[data-task-id="a00029"]')).not.toBeNull();
+    expect(b.querySelector('h3')?.textContent).toBe('b.ipynb (30)');
+    expect(b.querySelector('li[data-task-id="b00000"]')).not.toBeNull();
+    expect(a.compareDocumentPosition(b) & Node.DOCUMENT_POSITION_FOLLOWING).toBeTruthy();
+    expect(view.scrollToTask('b00029')).toBe(true);
+    view.draw(ctx());
+    expect(host.querySelector('li[data-task-id="b00029"]')).not.toBeNull();
+    expect(host.querySelector('section[data-notebook="a.ipynb"]')).toBeNull();
+    expect(view.scrollToTask('nope')).toBe(false);
+    host.remove();
+  });
+
+  it('patches a changed row in place and leaves the others untouched', () => {
+    const rows = many(2000);
+    const { host, view } = setup(rows);
+    const li = host.querySelector<HTMLElement>('li[data-task-id="t00002"]')!;
+    const stop = li.querySelector<HTMLButtonElement>('button[data-verb="stop"]')!;
+    const resume = li.querySelector<HTMLButtonElement>('button[data-verb="resume"]')!;
+    stop.focus();
+    expect(document.activeElement).toBe(stop);
+    expect(resume.disabled).toBe(true);
+    const observer = new MutationObserver(() => undefined);
+    observer.observe(host, { subtree: true, childList: true, attributes: true, characterData: true });
+    const changed = {
+      ...rows[2],
+      status: 'failed',
+      terminal: true,
+      status_version: 9,
+      name: '<b>renamed</b>',
+      failure: { kind: 'exception', message: '<i>boom</i>', exception_type: 'ValueError' },
+      can: { ...rows[2].can, stop: false, resume: true },
+      why: { stop: 'it already ended' }
+    } as TaskRow;
+    view.replaceRows(id => (id === 't00002' ? changed : undefined));
+    view.draw(ctx());
     expect(view.redrawn).toBe(1);
-    expect(host.querySelector('li[data-task-id="t7"]')?.getAttribute('data-status')).toBe('queued');
+    const records = observer.takeRecords();
+    observer.disconnect();
+    const touched = new Set(
+      records.map(r => {
+        const n = r.target instanceof HTMLElement ? r.target : r.target.parentElement;
+        return n?.closest('li')?.dataset.taskId;
+      })
+    );
+    expect(touched).toEqual(new Set(['t00002']));
+    // the same elements, updated
+    expect(host.querySelector('li[data-task-id="t00002"]')).toBe(li);
+    expect(li.querySelector('button[data-verb="stop"]')).toBe(stop);
+    expect(document.activeElement).toBe(stop);
+    expect(li.dataset.status).toBe('failed');
+    expect(stop.disabled).toBe(true);
+    expect(stop.title).toBe('it already ended');
+    expect(resume.disabled).toBe(false);
+    expect(li.querySelector('.cm-TaskRow-name')?.textContent).toBe('<b>renamed</b>');
+    expect(li.querySelector('.cm-TaskRow-failure')?.textContent).toBe('exception: <i>boom</i>');
+    expect(li.querySelector('b, i')).toBeNull();
+    // nothing changed: nothing drawn, no mutation
+    view.draw(ctx());
+    expect(view.redrawn).toBe(0);
+    host.remove();
+  });
+
+  it('draws a row that changed while out of view as it is now', () => {
+    const rows = many(2000);
+    const { host, view } = setup(rows);
+    const later = { ...rows[1500], status: 'queued', status_version: 8 } as TaskRow;
+    view.replaceRows(id => (id === later.task_id ? later : undefined));
+    view.draw(ctx());
+    expect(host.querySelector(`li[data-task-id="${later.task_id}"]`)).toBeNull();
+    expect(view.scrollToTask(later.task_id)).toBe(true);
+    view.draw(ctx());
+    const li = host.querySelector<HTMLElement>(`li[data-task-id="${later.task_id}"]`)!;
+    expect(li.dataset.status).toBe('queued');
+    expect(li.querySelector('.cm-StatusBadge')?.textContent).toBe('queued');
+    host.remove();
+  });
+
+  it('runs button clicks of a patched row with the latest context', () => {
+    const rows = many(10);
+    const { host, view } = setup(rows);
+    const onVerb = vi.fn();
+    view.replaceRows(id => (id === 't00001' ? { ...rows[1], status_version: 7 } : undefined));
+    view.draw(ctx({ onVerb }));
+    host.querySelector<HTMLButtonElement>('li[data-task-id="t00001"] button[data-verb="pause"]')!.click();
+    expect(onVerb).toHaveBeenCalledWith('t00001', 'pause');
+    host.remove();
+  });
+
+  it('says so when nothing matches, and draws again when rows come back', () => {
+    const { host, view, drawn } = setup(many(20));
+    view.update([], ctx());
+    expect(drawn()).toEqual([]);
+    expect(host.querySelector('.cm-TaskList-empty')?.textContent).toBe('No tasks match.');
+    view.update(groupByNotebook(many(20)), ctx());
+    expect(drawn().length).toBeGreaterThan(0);
+    expect(host.querySelector('.cm-TaskList-empty')).toBeNull();
+    host.remove();
   });
 });
 

@@ -2,18 +2,25 @@
 controllers share one SQLite store: tasks of two notebooks are listed, grouped by
 notebook; Stop in the sidebar stops a task while its kernel runs a busy foreground cell
 (the command travels through the store's queue; the kernel's dispatcher thread claims it);
-the status bar counts follow; an unauthenticated API request is refused."""
+the status bar counts follow; an unauthenticated API request is refused. With 1,500
+tasks the list is windowed: only the rows in view are in the DOM, laid out without gaps
+wherever it is scrolled, and a task changed in the store is patched in its row."""
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import sys
 import urllib.error
 import urllib.request
+import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from chongming_nb.core.models import Failure, FailureKind, Progress, TaskSnapshot
 from chongming_nb.core.states import TaskStatus
 from chongming_nb.stores import SqliteStore
 
@@ -227,3 +234,201 @@ def test_unauthenticated_api_request_is_refused(jupyter_lab: Any) -> None:
     assert info.value.code == 403
     # with the token the same listing works
     assert "tasks" in jupyter_lab.api("/chongming/api/tasks")
+
+
+# ------------------------------------------------------------------ a long list
+
+LONG = 1500
+LONG_PREFIX = "vlist-"
+
+# geometry of the drawn rows inside the list's viewport (page coordinates)
+GEOMETRY = """(sel) => {
+  const list = document.querySelector(sel + ' .cm-TaskList');
+  const box = list.getBoundingClientRect();
+  const rows = [...list.querySelectorAll('li.cm-TaskRow')].map((li) => {
+    const r = li.getBoundingClientRect();
+    return { id: li.dataset.name, top: r.top, bottom: r.bottom };
+  });
+  return {
+    top: box.top, bottom: box.top + list.clientHeight,
+    scrollTop: list.scrollTop, scrollHeight: list.scrollHeight,
+    clientHeight: list.clientHeight, rows,
+  };
+}"""
+
+
+def _fill_long_list(store_path: Path) -> list[str]:
+    """``LONG`` finished tasks without an owner, created one second apart (the last is
+    the newest): every tenth failed with a long message (taller rows), the rest succeeded
+    with a progress message. Returns the ids, oldest first."""
+    base = datetime.now(UTC) - timedelta(hours=2)
+    ids: list[str] = []
+    items: list[tuple[TaskSnapshot, int | None]] = []
+    for i in range(LONG):
+        failed = i % 10 == 3
+        created = base + timedelta(seconds=i)
+        task_id = f"vl{i:05d}{uuid.uuid4().hex[:8]}"
+        ids.append(task_id)
+        items.append(
+            (
+                TaskSnapshot(
+                    task_id=task_id,
+                    name=f"{LONG_PREFIX}{i:05d}",
+                    status=TaskStatus.FAILED if failed else TaskStatus.SUCCEEDED,
+                    status_version=4,
+                    attempt=1,
+                    max_attempts=3,
+                    created_at=created,
+                    queued_at=created,
+                    started_at=created,
+                    ended_at=created + timedelta(seconds=2),
+                    progress=Progress(10.0, 10.0, "rows", f"chunk {i}", created),
+                    failure=Failure(FailureKind.EXCEPTION, "ValueError: " + "bad row " * 30)
+                    if failed
+                    else None,
+                ),
+                None,
+            )
+        )
+    store = SqliteStore(store_path)
+    try:
+        store.save_many(items)
+    finally:
+        store.close()
+    return ids
+
+
+def test_sidebar_windows_a_long_list_and_patches_rows_in_place(jupyter_lab: Any, page: Any) -> None:
+    """1,500 tasks: only the rows in view (plus a few) are in the DOM, laid out without
+    gaps or overlaps wherever the list is scrolled; the scrollbar spans the whole list;
+    a task changed in the store updates its row in place."""
+    ids = _fill_long_list(jupyter_lab.store)
+    forget_workspace(jupyter_lab)
+    page.goto(jupyter_lab.url_for(""))
+    page.wait_for_function(
+        "() => window.jupyterapp?.commands.hasCommand('chongming:open-tasks')", timeout=120_000
+    )
+    page.evaluate(
+        """async () => { await window.jupyterapp.restored;
+                         await window.jupyterapp.commands.execute('chongming:open-tasks'); }"""
+    )
+    panel = page.locator(PANEL)
+    panel.wait_for(state="visible")
+    panel.locator(".cm-Filter-text").fill(LONG_PREFIX)
+    page.wait_for_function(
+        f"""() => document.querySelector('{PANEL} .cm-TasksPanel-status')
+                  ?.textContent.startsWith('{LONG} of ')"""
+    )
+    # name each drawn row by its index, for the geometry checks
+    page.evaluate(
+        f"""() => {{
+            const mark = () => document.querySelectorAll('{PANEL} li.cm-TaskRow').forEach(
+                (li) => {{ li.dataset.name = li.querySelector('.cm-TaskRow-name').textContent; }});
+            new MutationObserver(mark).observe(document.querySelector('{PANEL} .cm-TaskList'),
+                {{ subtree: true, childList: true, characterData: true }});
+            mark();
+        }}"""
+    )
+
+    def settled(position: str) -> dict[str, Any]:
+        """Scroll the list (JS expression of the list element ``l``), then wait until the
+        drawn rows cover the viewport (from its top, or the group title above the first
+        row, to its bottom, less a row's spacing); returns the geometry."""
+        page.evaluate(
+            f"(sel) => {{ const l = document.querySelector(sel + ' .cm-TaskList');"
+            f" l.scrollTop = {position}; }}",
+            PANEL,
+        )
+        try:
+            page.wait_for_function(
+                f"""(sel) => {{
+                    const g = ({GEOMETRY})(sel);
+                    if (!g.rows.length) return false;
+                    // at the top, the group title comes first
+                    const first = g.scrollTop === 0 ? g.top + 40 : g.top + 1;
+                    return g.rows[0].top <= first
+                        && g.rows[g.rows.length - 1].bottom >= g.bottom - 4;
+                }}""",
+                arg=PANEL,
+                timeout=15_000,
+            )
+        except Exception as exc:  # Playwright's TimeoutError: say what was drawn
+            g = page.evaluate(GEOMETRY, PANEL)
+            raise AssertionError(f"rows do not cover the viewport at {position}: {g}") from exc
+        geometry: dict[str, Any] = page.evaluate(GEOMETRY, PANEL)
+        return geometry
+
+    def check(g: dict[str, Any]) -> list[int]:
+        rows = g["rows"]
+        # bounded: a viewport's worth plus the overscan, never the whole list
+        assert 3 <= len(rows) <= 60, len(rows)
+        numbers = [int(r["id"][len(LONG_PREFIX) :]) for r in rows]
+        # newest first, consecutive: nothing skipped, nothing twice
+        assert numbers == list(range(numbers[0], numbers[0] - len(numbers), -1)), numbers
+        for above, below in itertools.pairwise(rows):
+            # no overlap, and no gap beyond the rows' spacing
+            assert below["top"] >= above["bottom"] - 0.5, (above, below)
+            assert below["top"] <= above["bottom"] + 4, (above, below)
+        return numbers
+
+    top = settled("0")
+    numbers = check(top)
+    assert numbers[0] == LONG - 1
+    # the sizer makes the scrollbar span every row (each row is more than 30 px tall)
+    assert top["scrollHeight"] > LONG * 30
+
+    middle = check(settled("l.scrollHeight / 2"))
+    assert middle[-1] > 0 and middle[0] < LONG - 1
+    assert abs(middle[len(middle) // 2] - LONG // 2) < LONG // 5, middle
+
+    bottom = settled("l.scrollHeight")
+    assert check(bottom)[-1] == 0
+    last = bottom["rows"][-1]
+    assert last["bottom"] <= bottom["bottom"] + 1, ("the oldest row is in view at the end", bottom)
+
+    # back up: the estimate-corrected offsets put the group title and the newest row at
+    # the very top again
+    again = settled("0")
+    assert check(again)[0] == LONG - 1
+    assert again["scrollTop"] == 0
+    title = panel.locator('section[data-notebook=""] h3').bounding_box()
+    assert title is not None and abs(title["y"] - again["top"]) < 1
+    assert abs(again["rows"][0]["top"] - (title["y"] + title["height"])) < 1
+
+    # a task changed in the store: its row is patched, not replaced
+    newest = ids[-1]
+    row = panel.locator(f'li.cm-TaskRow[data-task-id="{newest}"]')
+    assert row.get_attribute("data-status") == "succeeded"
+    assert not row.locator('button[data-verb="retry"]').is_enabled()
+    page.evaluate(
+        f"""() => {{ document.querySelector('{PANEL} li[data-task-id="{newest}"]')
+                      .__original = true; }}"""
+    )
+    store = SqliteStore(jupyter_lab.store)
+    try:
+        snap = store.get(newest)
+        assert snap is not None
+        changed = dataclasses.replace(
+            snap,
+            status=TaskStatus.FAILED,
+            status_version=snap.status_version + 1,
+            failure=Failure(FailureKind.EXCEPTION, "<b>changed</b> in the store"),
+        )
+        store.save(changed, expect_version=snap.status_version)
+    finally:
+        store.close()
+    page.wait_for_function(
+        f"""() => document.querySelector('{PANEL} li[data-task-id="{newest}"]')
+                  ?.dataset.status === 'failed'""",
+        timeout=20_000,
+    )
+    assert page.evaluate(
+        f"""() => document.querySelector('{PANEL} li[data-task-id="{newest}"]')
+                  .__original === true"""
+    ), "the row element was replaced instead of patched"
+    assert (
+        row.locator(".cm-TaskRow-failure").inner_text() == "exception: <b>changed</b> in the store"
+    )
+    assert row.locator("b").count() == 0
+    assert row.locator('button[data-verb="retry"]').is_enabled()
+    check(settled("0"))
