@@ -359,8 +359,11 @@ class Controller:
         return name, choice
 
     # Every accepted transition goes through here (under the lock).
-    def _commit(self, t: _Task, result: tuple[TaskSnapshot, Transition], prev_version: int) -> None:
-        new, tr = result
+    def _apply(
+        self, t: _Task, method: Callable[..., tuple[TaskSnapshot, Transition]], *a: Any, **kw: Any
+    ) -> None:
+        prev_version = t.snap.status_version
+        new, tr = method(t.snap, *a, **kw)
         t.snap = new
         t.history.append(tr)
         if self._store is not None:
@@ -374,12 +377,6 @@ class Controller:
             self._outbox.append(RunNote(run, tr.task_id, tr.version, tr.to_status))
         if self._awaited and t in self._awaited and new.status in TERMINAL:
             self._terminal.notify_all()
-
-    def _apply(
-        self, t: _Task, method: Callable[..., tuple[TaskSnapshot, Transition]], *a: Any, **kw: Any
-    ) -> None:
-        prev = t.snap.status_version
-        self._commit(t, method(t.snap, *a, **kw), prev)
 
     def _event(self, t: _Task, ev: Event, keep: bool = True) -> None:
         if keep:

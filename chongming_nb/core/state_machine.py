@@ -90,6 +90,7 @@ _REQUESTED: dict[TaskStatus, RequestedAction] = {
 assert all(S.QUEUED in TRANSITIONS[f] for f in _QUEUE_FROM)
 assert all(S.STARTING in TRANSITIONS[f] for f in _DISPATCH_FROM)
 assert all(S.SUCCEEDED in TRANSITIONS[f] for f in _SUCCEED_FROM)
+assert S.RUNNING in TRANSITIONS[S.STARTING]
 #: Non-terminal states in which the current attempt has not started (no started_at).
 _NOT_STARTED = frozenset({S.PENDING, S.BLOCKED, S.QUEUED, S.RETRY_WAIT})
 
@@ -436,15 +437,25 @@ class StateMachine:
             raise self._reject(s, "mark_running", frozenset({S.STARTING}))
         if s.started_at is None:
             raise self._reject(s, "mark_running", frozenset({S.STARTING}), detail="no started_at")
-        return self._apply(
-            s,
-            S.RUNNING,
-            trigger="executor:started",
-            actor="executor",
-            reason=None,
-            changes=None if pid is None else {"pid": pid},
-            now=at,
-        )
+        if pid is not None:
+            return self._apply(
+                s,
+                S.RUNNING,
+                trigger="executor:started",
+                actor="executor",
+                reason=None,
+                changes={"pid": pid},
+                now=at,
+            )
+        # what _apply does for this edge (STARTING -> RUNNING is in the table)
+        now = self.clock.now() if at is None else at
+        version = s.status_version + 1
+        new = _evolve_status(s, None, S.RUNNING, version, None, None, None)
+        tr = Transition(
+            s.task_id, S.STARTING, S.RUNNING, "executor:started", "executor", None, now,
+            version, False,
+        )  # fmt: skip
+        return new, tr
 
     def confirm_paused(self, s: TaskSnapshot) -> Result:
         if s.status is not S.PAUSING:

@@ -54,14 +54,16 @@ class CancellationToken:
         "reason",
     )
 
-    def __init__(self) -> None:
-        self.flag = False
+    def __init__(self, *, armed: bool = False) -> None:
+        """``armed``: born with a liveness probe pending (what ``arm_probe`` does, without
+        its lock round trip while nobody else can see the token yet)."""
+        self.flag = armed
         self.beats = 0
         self.reason: str | None = None
         self.paused = False
         self._stop = False
         self._pause = False
-        self._probe = False
+        self._probe = armed
         self._lock = threading.Lock()
         # built on first use, over ``_lock``: most attempts never see a stop or a pause,
         # and a Condition costs more to build than the rest of the token

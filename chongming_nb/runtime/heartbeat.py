@@ -26,7 +26,8 @@ class Heartbeat:
         self.token = token
         self.last_count = token.beats
         self.last_beat = now
-        token.arm_probe()
+        if not token.probe_pending:  # (a thread executor's token is born armed)
+            token.arm_probe()
 
     def sample(self, now: float) -> bool:
         """True if the task showed a sign of life since the previous sample."""

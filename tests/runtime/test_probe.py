@@ -67,6 +67,23 @@ def test_probe_is_answered_once_by_the_next_checkpoint() -> None:
     assert tok.beats == 1
 
 
+def test_a_token_born_armed_is_answered_like_an_armed_one_and_heartbeat_keeps_it() -> None:
+    from chongming_nb.runtime.heartbeat import Heartbeat
+
+    tok = CancellationToken(armed=True)
+    assert tok.flag and tok.probe_pending and tok.beats == 0
+    hb = Heartbeat(tok, 10.0)  # already armed: no second probe, one answer
+    assert tok.probe_pending
+    tok.checkpoint()
+    assert tok.beats == 1 and not tok.probe_pending and tok.flag is False
+    assert hb.sample(11.0)  # the answer counts as life at the first sample
+    assert tok.probe_pending  # and the sample armed the next probe
+    plain = CancellationToken()
+    assert not plain.flag and not plain.probe_pending
+    Heartbeat(plain, 0.0)
+    assert plain.probe_pending  # a plain token is armed by its Heartbeat
+
+
 def test_acheckpoint_answers_a_probe() -> None:
     import asyncio
 

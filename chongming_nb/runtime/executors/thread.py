@@ -146,7 +146,7 @@ class ThreadExecutor:
         self._closed = False
 
     def launch(self, request: ExecutionRequest, reporter: Reporter) -> ThreadHandle:
-        handle = ThreadHandle(CancellationToken())
+        handle = ThreadHandle(CancellationToken(armed=True))  # see Heartbeat
         try:
             worker = self._idle.pop()  # atomic: no lock on the hot path (see _park)
         except IndexError:
