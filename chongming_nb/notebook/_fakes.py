@@ -17,6 +17,7 @@ from typing import Any
 import comm
 from comm.base_comm import BaseComm
 
+from chongming_nb.control.controller import _status_event
 from chongming_nb.core.clock import Clock
 from chongming_nb.core.errors import TaskError, TaskNotFound
 from chongming_nb.core.events import (
@@ -24,9 +25,8 @@ from chongming_nb.core.events import (
     ProgressUpdated,
     TaskCreated,
     TaskLogLine,
-    TaskStatusChanged,
 )
-from chongming_nb.core.models import Failure, FailureKind, Progress, TaskSnapshot
+from chongming_nb.core.models import Failure, FailureKind, Progress, TaskSnapshot, Transition
 from chongming_nb.core.state_machine import CONTROL_VERBS, StateMachine
 from chongming_nb.core.states import TaskStatus
 
@@ -147,22 +147,9 @@ class FakeController:
             elif t.snap.status is TaskStatus.STOPPING:
                 self._set(t, *self.sm.confirm_stopped(t.snap))
 
-    def _set(self, t: _Task, snap: TaskSnapshot, tr: Any) -> None:
-        before = t.snap.status
+    def _set(self, t: _Task, snap: TaskSnapshot, tr: Transition) -> None:
         t.snap = snap
-        self._emit(
-            TaskStatusChanged(
-                event_id=self._eid(),
-                at=tr.at,
-                task_id=snap.task_id,
-                from_status=before,
-                to_status=snap.status,
-                trigger=tr.trigger,
-                actor=tr.actor,
-                reason=tr.reason,
-                version=tr.version,
-            )
-        )
+        self._emit(_status_event(tr, self._eid()))
 
     # ----------------------------------------------------------------- Controller API
 

@@ -6,6 +6,7 @@ Pure functions plus a small progress-rate tracker; no widget, no threads of its 
 from __future__ import annotations
 
 import html
+import math
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -35,34 +36,111 @@ def clip(text: str | None, limit: int = MAX_MESSAGE_LEN) -> str | None:
 
 
 class RateTracker:
-    """Progress rate (units/s) per task from the last few (time, done) samples."""
+    """Progress rate (units/s) per task from the last few (time, done) samples.
+
+    A task's samples are one deque of floats, time and done alternating: no tuple per
+    sample (floats are not tracked by the garbage collector; a tuple kept per progress
+    update would be, and a busy board would pay for it in collections)."""
 
     def __init__(self, window: int = _RATE_WINDOW) -> None:
         self._window = window
-        self._samples: dict[str, deque[tuple[float, float]]] = {}
+        self._samples: dict[str, deque[float]] = {}
 
-    def observe(self, task_id: str, at_s: float, done: float) -> None:
+    def observe(self, task_id: str, at_s: float, done: float) -> float | None:
+        """Add a sample (ignored unless newer than the last; progress that went back, a
+        retry, starts over) and return the rate, as :meth:`rate` would."""
         q = self._samples.get(task_id)
         if q is None:
-            q = self._samples[task_id] = deque(maxlen=self._window)
-        if q and (at_s <= q[-1][0] or done < q[-1][1]):
-            if done < q[-1][1]:  # progress went backwards (a retry): start over
-                q.clear()
-            else:
-                return
-        q.append((at_s, done))
+            q = self._samples[task_id] = deque(maxlen=2 * self._window)
+        if not q:
+            q.append(at_s)
+            q.append(done)
+            return None
+        t1, d1 = q[-2], q[-1]
+        if done < d1:
+            q.clear()
+            q.append(at_s)
+            q.append(done)
+            return None
+        if at_s > t1:
+            q.append(at_s)
+            q.append(done)
+            t1, d1 = at_s, done
+        t0 = q[0]
+        return (d1 - q[1]) / (t1 - t0) if t1 > t0 else None
 
     def rate(self, task_id: str) -> float | None:
         q = self._samples.get(task_id)
-        if not q or len(q) < 2:
+        if not q or len(q) < 4:
             return None
-        (t0, d0), (t1, d1) = q[0], q[-1]
+        t0, d0, t1, d1 = q[0], q[1], q[-2], q[-1]
         if t1 <= t0:
             return None
         return (d1 - d0) / (t1 - t0)
 
     def forget(self, task_id: str) -> None:
         self._samples.pop(task_id, None)
+
+
+#: Row fields that follow a task's progress (and its last log line); the rest of a row
+#: changes only with the fields :func:`status_key` collects.
+PROGRESS_FIELDS: tuple[str, ...] = ("done", "total", "unit", "message", "rate", "eta")
+
+
+def status_key(snap: TaskSnapshot) -> tuple[Any, ...]:
+    """Everything a row reads from a snapshot apart from its progress (``can`` included:
+    ``ctl.can`` depends on these). Equal keys mean only :data:`PROGRESS_FIELDS` can
+    differ between the two rows."""
+    return (
+        snap.status_version,
+        snap.status,
+        snap.requested_action,
+        snap.attempt,
+        snap.max_attempts,
+        snap.started_at,
+        snap.ended_at,
+        snap.failure,
+        snap.name,
+        snap.tags,
+        snap.pipeline_run_id,
+        snap.created_at,
+    )
+
+
+def _round(x: float, scale: float) -> float:
+    """``x`` to the nearest multiple of ``1 / scale`` (an integer over ``scale``, so the
+    float prints short); several times cheaper than ``round(x, digits)``, which this
+    runs for every changed row."""
+    return math.floor(x * scale + 0.5) / scale
+
+
+def progress_fields(
+    snap: TaskSnapshot, rate: float | None, last_line: str | None
+) -> dict[str, Any]:
+    """The :data:`PROGRESS_FIELDS` of a row."""
+    prog = snap.progress
+    if prog is None:
+        done, total, unit, message = 0.0, None, None, last_line
+    else:
+        done = float(prog.done)
+        total = None if prog.total is None else float(prog.total)
+        unit = prog.unit
+        message = prog.message or last_line
+    eta: float | None = None
+    if rate is not None:
+        if rate > 0 and total is not None and not snap.is_terminal:
+            eta = _round(max(0.0, total - done) / rate, 10.0)
+        rate = _round(rate, 1000.0)
+    if message is not None and (message.__class__ is not str or len(message) > MAX_MESSAGE_LEN):
+        message = clip(message)
+    return {
+        "done": done,
+        "total": total,
+        "unit": unit,
+        "message": message,
+        "rate": rate,
+        "eta": eta,
+    }
 
 
 def build_row(
@@ -73,15 +151,6 @@ def build_row(
     last_line: str | None = None,
 ) -> dict[str, Any]:
     """One row (keys: :data:`chongming_nb.notebook.schema.ROW_FIELDS`)."""
-    prog = snap.progress
-    done = float(prog.done) if prog is not None else 0.0
-    total = float(prog.total) if prog is not None and prog.total is not None else None
-    eta: float | None = None
-    if rate is not None and rate > 0 and total is not None and not snap.is_terminal:
-        eta = round(max(0.0, total - done) / rate, 1)
-    message = prog.message if prog is not None and prog.message else None
-    if message is None:
-        message = last_line
     failure = None
     if snap.failure is not None:
         failure = {"kind": str(snap.failure.kind), "message": clip(snap.failure.message)}
@@ -92,12 +161,7 @@ def build_row(
         "version": snap.status_version,
         "attempt": snap.attempt,
         "max_attempts": snap.max_attempts,
-        "done": done,
-        "total": total,
-        "unit": prog.unit if prog is not None else None,
-        "message": clip(message),
-        "rate": None if rate is None else round(rate, 3),
-        "eta": eta,
+        **progress_fields(snap, rate, last_line),
         "created": epoch_ms(snap.created_at),
         "started": epoch_ms(snap.started_at),
         "ended": epoch_ms(snap.ended_at),

@@ -77,8 +77,9 @@ VERB_LABELS: Final[Mapping[str, str]] = {
 CLIENT_TYPES: Final[tuple[str, ...]] = ("action", "bulk", "detail", "sync")
 SERVER_TYPES: Final[tuple[str, ...]] = ("ack", "patch", "full", "detail", "ping")
 
-#: The kernel pings every widget this often (from a background thread, so also while a
-#: cell runs); a view that hears nothing for three intervals says it is disconnected.
+#: The kernel pings every widget that has sent nothing for this long (from a background
+#: thread, so also while a cell runs; a patch or ack counts as a sign of life too); a view
+#: that hears nothing for three intervals says it is disconnected.
 PING_SECONDS: Final[float] = 5.0
 KINDS: Final[tuple[str, ...]] = ("task", "run", "board")
 

@@ -5,9 +5,11 @@ as custom messages (see :mod:`chongming_nb.notebook.schema`), possibly on a kern
 subshell thread while a cell runs, and are validated, applied with
 ``ctl.apply(task_id, verb, actor="widget")`` and acknowledged.
 
-Updates: ``ctl.watch`` callbacks (any thread) only mark rows dirty. A flush builds rows
-for the dirty tasks and sends a versioned patch with the rows that really changed; flushes
-are rate-limited to ``max_rate`` per second per widget. The ``rows`` trait (full state,
+Updates: ``ctl.watch`` callbacks (any thread) only mark rows dirty and, once per flush,
+ask the flush thread for a flush. A flush reads the dirty tasks' snapshots and sends a
+versioned patch with the fields that really changed; a row whose snapshot differs only
+in progress (the usual case) has just its progress fields recomputed. Flushes are
+rate-limited to ``max_rate`` per second per widget. The ``rows`` trait (full state,
 for page reloads and saved widget state) is refreshed at a lower, size-dependent rate,
 and ``get_state`` always answers with the current rows.
 """
@@ -38,6 +40,8 @@ from chongming_nb.notebook.rows import (
     build_row,
     clip,
     epoch_ms,
+    progress_fields,
+    status_key,
     summarize,
 )
 
@@ -142,9 +146,9 @@ _SCHEDULER = _FlushScheduler()
 
 
 class _Pinger:
-    """Tells every open view, every PING_SECONDS, that its kernel is alive. A view that
-    stops hearing it (the kernel died or was shut down) shows "disconnected — state as
-    of HH:MM:SS" and disables its buttons."""
+    """Tells every open view that has heard nothing for PING_SECONDS that its kernel is
+    alive. A view that stops hearing from its kernel (it died or was shut down) shows
+    "disconnected — state as of HH:MM:SS" and disables its buttons."""
 
     def __init__(self) -> None:
         self._tables: weakref.WeakSet[TaskTable] = weakref.WeakSet()
@@ -163,15 +167,24 @@ class _Pinger:
     def _run(self) -> None:
         while True:
             time.sleep(S.PING_SECONDS)
-            with self._lock:
-                tables = list(self._tables)
-            for t in tables:
-                if t.closed:
-                    continue
-                try:
-                    t._send_custom({"type": "ping", "at": epoch_ms(t._clock.now())})
-                except Exception:
-                    log.debug("ping failed", exc_info=True)
+            self.ping_quiet(time.monotonic())
+
+    def ping_quiet(self, now: float) -> int:
+        """Ping every open table that has sent nothing for PING_SECONDS before ``now``
+        (``time.monotonic()``); any message tells its views the kernel is alive.
+        Returns the number of pings sent."""
+        with self._lock:
+            tables = list(self._tables)
+        sent = 0
+        for t in tables:
+            if t.closed or now - t._last_sent < S.PING_SECONDS:
+                continue
+            try:
+                t._send_custom({"type": "ping", "at": epoch_ms(t._clock.now())})
+                sent += 1
+            except Exception:
+                log.debug("ping failed", exc_info=True)
+        return sent
 
 
 _PINGER = _Pinger()
@@ -254,8 +267,14 @@ class TaskTable(anywidget.AnyWidget):
         self._lock = threading.RLock()  # rows, dirty set, seq
         self._send_lock = threading.RLock()  # every call into ipywidgets/comm
         self._flush_lock = threading.Lock()  # one flush at a time
+        # A progress update changes a row in place (under self._lock): a new dict per
+        # update would be garbage-collector work on a busy board. So rows never leave
+        # the widget uncopied.
         self._rows: dict[str, dict[str, Any]] = {}
+        self._keys: dict[str, tuple[Any, ...]] = {}  # status_key of each row's snapshot
+        self._summary: dict[str, int] | None = None  # None: recount
         self._dirty: set[str] = set()
+        self._flush_asked = False  # a flush is scheduled and has not started yet
         self._last_line: dict[str, str] = {}
         self._rates = RateTracker()
         self._can_cache: dict[
@@ -268,7 +287,7 @@ class TaskTable(anywidget.AnyWidget):
         self._closed = False
         self._unsubscribe: Callable[[], None] | None = None
         self.messages_sent = 0
-        self.bytes_sent = 0
+        self._last_sent = float("-inf")  # time.monotonic() of the last custom message
 
         # subscribe first so nothing between the initial load and the watch is lost
         self._unsubscribe = ctl.watch(self._on_event)
@@ -278,7 +297,10 @@ class TaskTable(anywidget.AnyWidget):
             snaps.sort(key=lambda s: order.get(s.task_id, len(order)))
         for snap in snaps:
             self._rows[snap.task_id] = self._row_for(snap)
-        initial = list(self._rows.values())
+        initial = [dict(r) for r in self._rows.values()]
+        # the initial rows go out with the model: the next full-state refresh is one
+        # full interval away
+        self._next_full = self._clock.monotonic() + self._full_interval(len(initial))
         super().__init__(
             schema=S.schema_for_js(),
             kind=kind,
@@ -302,17 +324,26 @@ class TaskTable(anywidget.AnyWidget):
     def _row_for(self, snap: TaskSnapshot, last_line: str | None = None) -> dict[str, Any]:
         """Build a row. Calls the controller: never call it holding ``self._lock`` (the
         controller may call ``_on_event`` holding its own lock)."""
+        self._keys[snap.task_id] = status_key(snap)
+        return build_row(snap, self._can_for(snap), rate=self._rate_for(snap), last_line=last_line)
+
+    def _rate_for(self, snap: TaskSnapshot) -> float | None:
+        """Feed the task's progress to the rate tracker; its rate (None when terminal)."""
         prog = snap.progress
         if prog is not None and (prog.done or prog.total):
             at = prog.updated_at or self._clock.now()
-            self._rates.observe(snap.task_id, at.timestamp(), float(prog.done))
-        rate = None if snap.is_terminal else self._rates.rate(snap.task_id)
-        return build_row(
-            snap,
-            self._can_for(snap),
-            rate=rate,
-            last_line=last_line,
-        )
+            rate = self._rates.observe(snap.task_id, at.timestamp(), float(prog.done))
+        else:
+            rate = self._rates.rate(snap.task_id)
+        return None if snap.is_terminal else rate
+
+    def _progress_delta(
+        self, snap: TaskSnapshot, prev: Mapping[str, Any], last_line: str | None
+    ) -> dict[str, Any]:
+        """The progress fields of ``snap``'s row that differ from ``prev`` (a row of the
+        same task whose snapshot had the same :func:`status_key`)."""
+        fields = progress_fields(snap, self._rate_for(snap), last_line)
+        return {k: v for k, v in fields.items() if prev[k] != v}
 
     def _can_for(self, snap: TaskSnapshot) -> Mapping[str, tuple[bool, str | None]]:
         """``ctl.can_all`` for a row, asked again only when something ``can`` depends on
@@ -370,17 +401,24 @@ class TaskTable(anywidget.AnyWidget):
                     if isinstance(line, str) and line.strip():
                         self._last_line[task_id] = clip(line.rstrip("\n")) or ""
                 self._dirty.add(task_id)
-            self._request_flush()
+            if not self._flush_asked:
+                self._request_flush()
         except Exception:
             log.exception("TaskTable could not take an event")
 
     def _request_flush(self) -> None:
+        """Ask the flush thread for a flush (at the rate limit). Called after marking a
+        row dirty: the flush about to start, if any, takes that row."""
         if not self._autoflush or self._closed:
             return
+        self._flush_asked = True
         delay = max(0.0, self._next_allowed - self._clock.monotonic())
         _SCHEDULER.schedule(self, time.monotonic() + delay)
 
     def _scheduled_flush(self) -> None:
+        # Cleared before the flush takes the dirty set: a row marked dirty after this
+        # line either is taken by this flush or asks for the next one.
+        self._flush_asked = False
         if self._closed:
             return
         self.flush()
@@ -389,6 +427,8 @@ class TaskTable(anywidget.AnyWidget):
         if pending and not self._closed:
             now = self._clock.monotonic()
             due = self._next_allowed if self._dirty else self._next_full
+            if self._dirty:
+                self._flush_asked = True
             _SCHEDULER.schedule(self, time.monotonic() + max(0.0, due - now))
 
     # ------------------------------------------------------------------ flushing
@@ -405,7 +445,7 @@ class TaskTable(anywidget.AnyWidget):
                 if ready:
                     self._dirty = set()
             if dirty:
-                sent = self._send_patch(dirty, now)
+                sent = self._send_patch(dirty)
             if self._full_seq != self._seq and (force or now >= self._next_full):
                 self._refresh_full_trait(now)
             return sent
@@ -421,47 +461,65 @@ class TaskTable(anywidget.AnyWidget):
                     found[tid] = self._ctl.get(tid)
             return found
 
-    def _send_patch(self, dirty: set[str], now: float) -> bool:
+    def _send_patch(self, dirty: set[str]) -> bool:
+        # Only flushes (one at a time, under _flush_lock) change _rows and _keys, so
+        # reading them here without self._lock is safe; writes take it for the readers.
         order = sorted(dirty)
         snaps = self._fetch(order)
         with self._lock:
-            known = {tid for tid in order if tid in self._rows}
             last_lines = {tid: self._last_line.get(tid) for tid in order}
-        built: dict[str, dict[str, Any]] = {}
-        for tid in order:
-            snap = snaps.get(tid)
-            if snap is None:
-                continue
-            if tid not in known and not _matches(snap, self._query):
-                continue
-            built[tid] = self._row_for(snap, last_lines[tid])
+        rows = self._rows
+        keys = self._keys
+        changed: dict[str, dict[str, Any]] = {}  # new rows
+        patched: list[tuple[dict[str, Any], dict[str, Any]]] = []  # (row, its delta)
         upsert: list[dict[str, Any]] = []
         update: list[dict[str, Any]] = []
         remove: list[str] = []
-        with self._lock:
-            for tid in order:
-                row = built.get(tid)
-                if row is None:
-                    if tid in known and snaps.get(tid) is None and tid in self._rows:
-                        del self._rows[tid]
-                        self._rates.forget(tid)
-                        self._can_cache.pop(tid, None)
-                        remove.append(tid)
+        recount = False
+        for tid in order:
+            snap = snaps.get(tid)
+            prev = rows.get(tid)
+            if snap is None:
+                if prev is not None:
+                    remove.append(tid)
+                continue
+            if prev is None:
+                if not _matches(snap, self._query):
                     continue
-                prev = self._rows.get(tid)
-                if prev is None:
-                    self._rows[tid] = row
-                    upsert.append(row)
-                elif prev != row:
-                    self._rows[tid] = row
-                    delta = {k: v for k, v in row.items() if prev.get(k) != v}
-                    delta["id"] = tid
-                    update.append(delta)
-            if not upsert and not update and not remove:
-                return False
+                row = self._row_for(snap, last_lines[tid])
+                changed[tid] = row
+                upsert.append(dict(row))
+                continue
+            if keys.get(tid) == status_key(snap):
+                delta = self._progress_delta(snap, prev, last_lines[tid])
+                if not delta:
+                    continue
+                patched.append((prev, delta))
+            else:
+                row = self._row_for(snap, last_lines[tid])
+                delta = {k: v for k, v in row.items() if prev.get(k) != v}
+                if not delta:
+                    continue
+                changed[tid] = row
+                recount = recount or "status" in delta
+            delta["id"] = tid
+            update.append(delta)
+        if not changed and not patched and not remove:
+            return False
+        with self._lock:
+            rows.update(changed)
+            for row, delta in patched:
+                row.update(delta)
+            for tid in remove:
+                del rows[tid]
+                keys.pop(tid, None)
+                self._rates.forget(tid)
+                self._can_cache.pop(tid, None)
+            if recount or upsert or remove or self._summary is None:
+                self._summary = summarize(rows.values())
+            summary = dict(self._summary)
             base = self._seq
             self._seq += 1
-            summary = summarize(self._rows.values())
             seq = self._seq
         msg = {
             "type": "patch",
@@ -473,9 +531,18 @@ class TaskTable(anywidget.AnyWidget):
             "summary": summary,
             "at": epoch_ms(self._clock.now()),
         }
-        self._next_allowed = now + self._min_interval
         self._send_custom(msg)
+        # the quiet interval counts from the end of the send: with the flush's own time
+        # added, the rate stays below max_rate (pings, acks and the full-state trait share
+        # the channel)
+        self._next_allowed = self._clock.monotonic() + self._min_interval
         return True
+
+    def _full_interval(self, n_rows: int) -> float:
+        # The full trait only serves saved widget state and views opened later (a page
+        # reload asks get_state, which is always current), so big boards re-send it
+        # rarely: a 10,000-row board at most every 100 s; live views run on patches.
+        return max(self._full_min_interval, n_rows / 100.0)
 
     def _refresh_full_trait(self, now: float) -> None:
         with self._lock:
@@ -489,10 +556,7 @@ class TaskTable(anywidget.AnyWidget):
                 self.rows_seq = seq
                 self.rows_at = epoch_ms(self._clock.now()) or 0.0
         self._full_seq = seq
-        # The full trait only serves saved widget state and views opened later (a page
-        # reload asks get_state, which is always current), so big boards re-send it
-        # rarely: a 10,000-row board at most every 100 s; live views run on patches.
-        self._next_full = now + max(self._full_min_interval, len(rows) / 100.0)
+        self._next_full = now + self._full_interval(len(rows))
 
     def get_state(self, key: Any = None) -> dict[str, Any]:
         """Answer state requests (a page reload) with the current rows, not the last
@@ -510,7 +574,7 @@ class TaskTable(anywidget.AnyWidget):
             if self._closed:
                 return
             self.messages_sent += 1
-            self.bytes_sent += len(json.dumps(msg, separators=(",", ":")))
+            self._last_sent = time.monotonic()
             self.send(msg)
 
     # ------------------------------------------------------------------ messages in
@@ -672,7 +736,7 @@ def measure_update_traffic(
     the kernel CPU seconds spent per simulated second on the widget side (event intake
     plus flushing), and the number of events fed in.
     """
-    from chongming_nb.notebook._fakes import FakeController, recording_comms
+    from chongming_nb.notebook._fakes import FakeController, RecordingComm, recording_comms
     from chongming_nb.testing import FakeClock
 
     clock = FakeClock()
@@ -681,7 +745,9 @@ def measure_update_traffic(
     with recording_comms():
         table = TaskTable(ctl, kind="board", clock=clock, max_rate=max_rate, autoflush=False)
         table.flush(force=True)
-        base_msgs, base_bytes = table.messages_sent, table.bytes_sent
+        rec = table.comm
+        assert isinstance(rec, RecordingComm)
+        base = len(rec.custom_messages())
         per_tick = max(1, int(n_tasks * updates_per_task_per_second * tick))
         steps = int(seconds / tick)
         cursor = 0
@@ -695,8 +761,9 @@ def measure_update_traffic(
             clock.advance(tick)
             table.flush()
         cpu = time.process_time() - cpu0
-        msgs = table.messages_sent - base_msgs
-        nbytes = table.bytes_sent - base_bytes
+        sent = [m for m in rec.custom_messages()[base:] if m["type"] == "patch"]
+        msgs = len(sent)
+        nbytes = sum(len(json.dumps(m, separators=(",", ":"))) for m in sent)
         table.close()
     return {
         "n_tasks": float(n_tasks),

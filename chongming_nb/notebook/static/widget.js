@@ -265,8 +265,9 @@ function render({ model, el }) {
     if (typeof s === "number" && s > seq) replaceAll(model.get("rows"), s, model.get("rows_at"));
   }
 
-  // liveness: the kernel pings every schema.ping_ms; silence for three pings means the
-  // kernel is gone (shut down, restarted or dead) as far as this view can tell
+  // liveness: any message from the kernel counts, and a quiet kernel pings every
+  // schema.ping_ms; silence for three pings means the kernel is gone (shut down,
+  // restarted or dead) as far as this view can tell
   let lastHeard = Date.now();
   let silent = false;
   const pingMs = schema.ping_ms || 5000;
