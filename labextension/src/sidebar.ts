@@ -262,9 +262,15 @@ export class TasksPanel extends Widget {
     }
     this._renderPending = true;
     requestAnimationFrame(() => {
-      if (!this.isDisposed) {
-        this.render();
+      if (this.isDisposed) {
+        return;
       }
+      if (!this.isVisible) {
+        // a closed sidebar draws nothing; `onAfterShow` draws what accumulated
+        this._renderPending = false;
+        return;
+      }
+      this.render();
     });
   }
 
