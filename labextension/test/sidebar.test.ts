@@ -1,0 +1,86 @@
+import { describe, expect, it } from 'vitest';
+
+import { CommandInfo, FeedResponse, ITasksClient, TaskDetail, TaskRow, TasksResponse } from '../src/api';
+import { TaskModel } from '../src/model';
+import { TasksPanel } from '../src/sidebar';
+import { row } from './fixtures';
+
+class StaticClient implements ITasksClient {
+  constructor(readonly rows: TaskRow[]) {}
+  async listTasks(): Promise<TasksResponse> {
+    return { tasks: this.rows, counts: {}, cursor: 1, sessions: {}, now: '2026-01-01T00:01:00Z' };
+  }
+  async feed(): Promise<FeedResponse> {
+    throw new Error('not used');
+  }
+  async task(): Promise<TaskDetail> {
+    throw new Error('not used');
+  }
+  async sendCommand(): Promise<CommandInfo> {
+    throw new Error('not used');
+  }
+  async command(): Promise<CommandInfo> {
+    throw new Error('not used');
+  }
+}
+
+function tasks(n: number): TaskRow[] {
+  return Array.from({ length: n }, (_, i) =>
+    row({
+      task_id: `t${String(i).padStart(5, '0')}`,
+      name: `task ${i}`,
+      status: i % 2 ? 'paused' : 'running',
+      created_at: `2026-01-01T00:00:00.${String(99999 - i).padStart(5, '0')}Z`
+    })
+  );
+}
+
+describe('TasksPanel with many tasks', () => {
+  it('draws a bounded window, patches a progress update in place, re-filters only when needed', async () => {
+    const rows = tasks(2000);
+    const model = new TaskModel({ client: new StaticClient(rows) });
+    await model.refresh();
+    const panel = new TasksPanel(model, new StaticClient([]));
+    document.body.append(panel.node);
+    panel.render();
+    const status = () => panel.node.querySelector('.cm-TasksPanel-status')?.textContent;
+    const drawn = () => panel.node.querySelectorAll('li.cm-TaskRow');
+    expect(status()).toBe('2000 of 2000 tasks');
+    expect(panel.list.rowCount).toBe(2000);
+    expect(drawn().length).toBeGreaterThan(3);
+    expect(drawn().length).toBeLessThan(30);
+    const first = panel.node.querySelector<HTMLElement>('li[data-task-id="t00000"]')!;
+    expect(first).not.toBeNull();
+
+    // progress of a visible task: same element, new text, one row touched
+    const revision = model.layoutRevision;
+    model.applyRows([
+      { ...rows[0], progress: { done: 7, total: 10, unit: 'rows', message: 'chunk <7>', fraction: 0.7 } }
+    ]);
+    expect(model.layoutRevision).toBe(revision);
+    panel.render();
+    expect(panel.list.redrawn).toBe(1);
+    expect(panel.node.querySelector('li[data-task-id="t00000"]')).toBe(first);
+    expect(first.querySelector('.cm-TaskRow-progress')?.textContent).toBe('70% (7/10 rows)');
+    expect(first.querySelector('.cm-TaskRow-message')?.textContent).toBe('chunk <7>');
+
+    // a status change moves the task in and out of filters
+    model.applyRows([{ ...rows[0], status: 'paused', status_version: 9 }]);
+    panel.render();
+    expect(first.dataset.status).toBe('paused');
+    const select = panel.node.querySelector<HTMLSelectElement>('.cm-Filter-status')!;
+    select.value = 'status:running';
+    select.dispatchEvent(new Event('change'));
+    panel.render();
+    expect(status()).toBe('999 of 2000 tasks');
+    expect(panel.node.querySelector('li[data-task-id="t00000"]')).toBeNull();
+    expect(panel.node.querySelector('li[data-task-id="t00002"]')).not.toBeNull();
+    select.value = 'status:blocked';
+    select.dispatchEvent(new Event('change'));
+    panel.render();
+    expect(drawn().length).toBe(0);
+    expect(panel.node.querySelector('.cm-TaskList-empty')?.textContent).toBe('No tasks match.');
+    panel.dispose();
+    model.dispose();
+  });
+});
