@@ -792,6 +792,8 @@ export class TaskListView {
   }
 
   private _drawRange(start: number, end: number, ctx: RowContext): void {
+    const active = document.activeElement;
+    const focused = active instanceof HTMLElement && this.node.contains(active) ? active : null;
     const sections: HTMLElement[] = [];
     const drawn = new Map<string, HTMLElement>();
     let rows: HTMLElement[] = [];
@@ -844,6 +846,10 @@ export class TaskListView {
       this._window.style.top = top;
     }
     this._drawn = drawn;
+    if (focused !== null && !focused.isConnected) {
+      // the focused row scrolled out of the window: keep the focus in the list
+      this.node.focus({ preventScroll: true });
+    }
     // forget the sections of groups that are gone
     if (this._sections.size > this._groups.length) {
       const keys = new Set(this._groups.map(g => g.key));

@@ -322,6 +322,16 @@ describe('TaskListView (windowed)', () => {
     host.remove();
   });
 
+  it('keeps the focus in the list when the focused row leaves the window', () => {
+    const { host, view } = setup(many(2000));
+    host.querySelector<HTMLButtonElement>('li[data-task-id="t00001"] button[data-verb="stop"]')!.focus();
+    host.scrollTop = HEADER + 1000 * ROW;
+    view.draw(ctx());
+    expect(host.querySelector('li[data-task-id="t00001"]')).toBeNull();
+    expect(document.activeElement).toBe(host);
+    host.remove();
+  });
+
   it('draws a row that changed while out of view as it is now', () => {
     const rows = many(2000);
     const { host, view } = setup(rows);
