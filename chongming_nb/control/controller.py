@@ -740,6 +740,10 @@ class Controller:
         ``finished`` report pumps again; that nested call returns at once and this loop
         picks the next task up (else N queued inline tasks nest N deep and hit the
         recursion limit)."""
+        if picked is not None and not (picked or self._pending_finishes or self._pending_starts):
+            # nothing to launch (e.g. a submit while every slot is busy) and no report
+            # to settle: the caller's pick flushed the outbox already
+            return
         if getattr(self._pumping, "active", False):
             self._pumping.again = True  # the outer loop takes another pass
             self._flush_outbox()
@@ -790,7 +794,8 @@ class Controller:
             launches.append(self._prepare_launch(t))
         for item in skipped:
             heapq.heappush(self._ready, item)
-        self._flush_outbox()  # same critical section: one lock round-trip
+        if self._outbox:
+            self._flush_outbox()  # same critical section: one lock round-trip
         return launches
 
     def _pump_loop(self, picked: list[_Launch] | None = None) -> None:
@@ -960,9 +965,11 @@ class Controller:
         if pid is not None:
             self._lock.acquire()
         try:
-            self._settle_pending()
+            if self._pending_starts or self._pending_finishes:
+                self._settle_pending()
             self._started(t, attempt, pid, None, self._clock.monotonic())
-            self._flush_outbox()  # same critical section: one lock round-trip
+            if self._outbox:
+                self._flush_outbox()  # same critical section: one lock round-trip
         finally:
             self._lock.release()
 
