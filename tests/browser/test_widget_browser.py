@@ -1,6 +1,7 @@
 """The TaskTable widget in real JupyterLab + Chromium: progress moves, Pause / Resume /
 Stop round-trip to the kernel (also while another cell runs a CPU-bound loop), a board of
-2,000 tasks renders virtualised and scrolls, and user strings render as text."""
+2,000 tasks renders virtualised and scrolls, user strings render as text, and (on a page
+of its own, no kernel) patches redraw rows and re-filter / re-sort the view."""
 
 from __future__ import annotations
 
@@ -271,3 +272,101 @@ def test_disconnected_banner_when_the_kernel_goes(notebook: Any) -> None:
     assert re.match(r"disconnected — state as of \d\d:\d\d:\d\d", banner.inner_text())
     for b in nb.cell(0).locator(".cn-item button[data-verb]").all():
         assert b.is_disabled()
+
+
+# ------------------------------------------------------------ patches, without a kernel
+
+STATIC = REPO / "chongming_nb" / "notebook" / "static"
+STANDALONE = """<!doctype html><html><head><meta charset="utf-8">
+<link rel="stylesheet" href="widget.css"></head>
+<body><div id="out" style="width:1300px"></div>
+<script type="module">import widget from "./widget.js"; window.__widget = widget;</script>
+</body></html>"""
+MOUNT = """(state) => {
+  const handlers = {};
+  const model = {
+    get: (k) => state[k],
+    on: (e, cb) => { (handlers[e] = handlers[e] || []).push(cb); },
+    off: () => {},
+    send: (m) => { (window.__sent = window.__sent || []).push(m); },
+  };
+  window.__patch = (msg) => { for (const cb of handlers["msg:custom"] || []) cb(msg, []); };
+  window.__widget.render({ model, el: document.getElementById("out") });
+}"""
+
+
+def _shown(page: Any) -> list[tuple[str, str]]:
+    """(name, progress text) of the rows on screen, top to bottom, after the next paint."""
+    shown = page.evaluate(
+        """() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(() =>
+          done([...document.querySelectorAll('#out .cn-item')]
+            .sort((a, b) => Number(a.dataset.index) - Number(b.dataset.index))
+            .map((e) => [e.querySelector('.cn-name').textContent,
+                         e.querySelector('.cn-progtext').textContent])))))"""
+    )
+    return [(name, prog) for name, prog in shown]
+
+
+def test_patches_redraw_rows_in_place_and_refilter_the_view(page: Any) -> None:
+    """The front end patches rows in place: a progress-only patch still redraws the row,
+    a status patch takes a row out of a status filter, a progress patch reorders a
+    progress sort, and a patched message renders as text."""
+    from chongming_nb.core.state_machine import CONTROL_VERBS
+    from chongming_nb.notebook import schema as S
+
+    files = {
+        "index.html": (STANDALONE, "text/html"),
+        "widget.js": ((STATIC / "widget.js").read_text(), "text/javascript"),
+        "widget.css": ((STATIC / "widget.css").read_text(), "text/css"),
+    }
+
+    def serve(route: Any) -> None:
+        name = route.request.url.rsplit("/", 1)[-1].split("?")[0]
+        body, ctype = files.get(name, ("not found", "text/plain"))
+        route.fulfill(status=200 if name in files else 404, body=body, content_type=ctype)
+
+    def row(i: int, done: float) -> dict[str, Any]:
+        r: dict[str, Any] = dict.fromkeys(S.ROW_FIELDS)
+        can = {v: v in ("pause", "stop") for v in CONTROL_VERBS}
+        r.update(id=f"t{i}", name=f"task-{i}", status="running", version=2, attempt=1)
+        r.update(max_attempts=1, done=done, total=100.0, unit="rows", created=1.0)
+        r.update(started=2.0, has_tb=False, tags=[], can=can)
+        return r
+
+    page.route("http://widget.invalid/**", serve)
+    page.goto("http://widget.invalid/index.html")
+    page.wait_for_function("() => window.__widget !== undefined")
+    state = {
+        "schema": S.schema_for_js(),
+        "kind": "board",
+        "title": "patches",
+        "rows": [row(0, 10.0), row(1, 20.0), row(2, 30.0)],
+        "rows_seq": 0,
+        "rows_at": 0.0,
+    }
+    page.evaluate(MOUNT, state)
+    assert _shown(page) == [("task-0", "10/100 rows"), ("task-1", "20/100 rows"),
+                            ("task-2", "30/100 rows")]  # fmt: skip
+
+    def patch(seq: int, update: list[dict[str, Any]]) -> None:
+        msg = {"type": "patch", "seq": seq, "base": seq - 1, "upsert": [], "update": update,
+               "remove": [], "summary": {}, "at": 0.0}  # fmt: skip
+        page.evaluate("(m) => window.__patch(m)", msg)
+
+    patch(1, [{"id": "t1", "done": 25.0, "message": XSS}])
+    assert _shown(page)[1] == ("task-1", "25/100 rows")
+    assert page.locator("#out .cn-item .cn-msgtext").nth(1).text_content() == XSS
+    assert page.locator("#out img").count() == 0
+
+    page.locator("#out .cn-filter").select_option("running")
+    assert len(_shown(page)) == 3  # painted with the filter before the patch comes
+    patch(2, [{"id": "t0", "status": "paused", "version": 3}])
+    assert [n for n, _ in _shown(page)] == ["task-1", "task-2"]
+
+    page.locator("#out .cn-filter").select_option("")
+    page.locator("#out .cn-sort").select_option("progress")
+    assert [n for n, _ in _shown(page)] == ["task-0", "task-1", "task-2"]
+    patch(3, [{"id": "t0", "done": 90.0}])
+    assert _shown(page) == [("task-1", "25/100 rows"), ("task-2", "30/100 rows"),
+                            ("task-0", "90/100 rows")]  # fmt: skip
+    assert page.evaluate("() => window.__sent || []") == []  # no gap, no sync asked

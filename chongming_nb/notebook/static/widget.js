@@ -80,6 +80,9 @@ function render({ model, el }) {
   let sortDesc = false;
   let view = []; // filtered + sorted ids
   let viewDirty = true;
+  // rows patched in place since the last paint (a painted row is redrawn when its object
+  // changed or its id is here); patching in place spares a new object per update
+  const changed = new Set();
   let offsets = [0];
   let bulkNote = null;
   let frame = 0;
@@ -294,7 +297,9 @@ function render({ model, el }) {
           requestSync();
           continue;
         }
-        rows.set(d.id, Object.assign({}, prev, d));
+        Object.assign(prev, d);
+        changed.add(d.id);
+        if (!viewDirty && movesInView(d)) viewDirty = true;
         touched.push(d.id);
       }
       for (const id of touched)
@@ -302,7 +307,7 @@ function render({ model, el }) {
       for (const id of msg.remove || []) rows.delete(id);
       seq = msg.seq;
       if (msg.at) lastUpdateAt = msg.at;
-      viewDirty = true;
+      if ((msg.upsert || []).length || (msg.remove || []).length) viewDirty = true;
       scheduleRender();
     } else if (msg.type === "full") {
       syncPending = false;
@@ -342,6 +347,28 @@ function render({ model, el }) {
   model.on("comm:close", onClose);
 
   // ------------------------------------------------------------------ view model
+  // does a patch of these fields change which rows are shown, or their order?
+  function movesInView(d) {
+    if (filterStatus && "status" in d) return true;
+    if (search && ("name" in d || "message" in d || "failure" in d || "tags" in d)) return true;
+    switch (sortKey) {
+      case "":
+        return false;
+      case "name":
+        return "name" in d;
+      case "status":
+        return "status" in d;
+      case "progress":
+        return "done" in d || "total" in d;
+      case "started":
+        return "started" in d;
+      case "created":
+        return "created" in d;
+      default:
+        return true; // duration: moves with the clock anyway
+    }
+  }
+
   function matches(r) {
     if (filterStatus === ":active" && terminal.has(r.status)) return false;
     if (filterStatus === ":terminal" && !terminal.has(r.status)) return false;
@@ -487,7 +514,7 @@ function render({ model, el }) {
 
   function updateRow(refs, r, now) {
     const ack = acks.get(r.id) || null;
-    if (refs.last !== r || refs.lastDisc !== disconnected) {
+    if (refs.last !== r || changed.has(r.id) || refs.lastDisc !== disconnected) {
       refs.wrap.dataset.status = r.status;
       refs.wrap.dataset.tone = tones[r.status] || "idle";
       refs.name.textContent = r.name;
@@ -677,6 +704,7 @@ function render({ model, el }) {
         rowEls.delete(id);
       }
     }
+    changed.clear();
     el.dataset.rendered = String(keep.size);
     el.dataset.seq = String(seq);
     recordRenderTime(performance.now() - t0);
