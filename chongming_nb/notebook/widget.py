@@ -411,9 +411,13 @@ class TaskTable(anywidget.AnyWidget):
         row dirty: the flush about to start, if any, takes that row."""
         if not self._autoflush or self._closed:
             return
-        self._flush_asked = True
+        self._flush_asked = True  # before scheduling: the flush may start at once
         delay = max(0.0, self._next_allowed - self._clock.monotonic())
-        _SCHEDULER.schedule(self, time.monotonic() + delay)
+        try:
+            _SCHEDULER.schedule(self, time.monotonic() + delay)
+        except BaseException:
+            self._flush_asked = False  # the next event asks again
+            raise
 
     def _scheduled_flush(self) -> None:
         # Cleared before the flush takes the dirty set: a row marked dirty after this
@@ -467,7 +471,8 @@ class TaskTable(anywidget.AnyWidget):
         order = sorted(dirty)
         snaps = self._fetch(order)
         with self._lock:
-            last_lines = {tid: self._last_line.get(tid) for tid in order}
+            lines = self._last_line
+            last_lines = {tid: lines[tid] for tid in order if tid in lines} if lines else {}
         rows = self._rows
         keys = self._keys
         changed: dict[str, dict[str, Any]] = {}  # new rows
@@ -486,17 +491,17 @@ class TaskTable(anywidget.AnyWidget):
             if prev is None:
                 if not _matches(snap, self._query):
                     continue
-                row = self._row_for(snap, last_lines[tid])
+                row = self._row_for(snap, last_lines.get(tid))
                 changed[tid] = row
                 upsert.append(dict(row))
                 continue
             if keys.get(tid) == status_key(snap):
-                delta = self._progress_delta(snap, prev, last_lines[tid])
+                delta = self._progress_delta(snap, prev, last_lines.get(tid))
                 if not delta:
                     continue
                 patched.append((prev, delta))
             else:
-                row = self._row_for(snap, last_lines[tid])
+                row = self._row_for(snap, last_lines.get(tid))
                 delta = {k: v for k, v in row.items() if prev.get(k) != v}
                 if not delta:
                     continue

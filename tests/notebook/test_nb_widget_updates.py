@@ -163,6 +163,25 @@ def test_events_ask_for_one_flush_until_it_starts(fctl, comms, monkeypatch) -> N
     t.close()
 
 
+def test_a_failed_flush_request_is_asked_again(fctl, comms, monkeypatch, caplog) -> None:
+    sched = _Schedule()
+    fail = [True]
+
+    def schedule(table: TaskTable, due: float) -> None:
+        if fail.pop() if fail else False:
+            raise RuntimeError("no thread")
+        sched.schedule(table, due)
+
+    monkeypatch.setattr(W, "_SCHEDULER", type("S", (), {"schedule": staticmethod(schedule)}))
+    tid = fctl.add("a", status="running", total=10).task_id
+    t = TaskTable(fctl, autoflush=True)
+    fctl.bump(tid, 1)  # the request fails (logged, never raised into the controller)
+    assert sched.calls == [] and "could not take an event" in caplog.text
+    fctl.bump(tid, 1)
+    assert len(sched.calls) == 1
+    t.close()
+
+
 def test_the_full_state_is_not_resent_right_after_opening(fctl, clock, comms) -> None:
     tid = fctl.add("a", status="running", total=1000).task_id
     t = board(fctl, clock, full_state_interval=2.0)
