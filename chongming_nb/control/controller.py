@@ -437,27 +437,17 @@ class Controller:
         ``after=`` takes handles or task ids: the task waits BLOCKED until they all
         succeed, and is cancelled (dependency_failed) if one does not.
         """
+        # positional, in _submit's parameter order (a keyword call costs per submit)
         return self._submit(
-            fn,
-            args,
-            kwargs,
-            after=after,
-            name=name,
-            tags=tags,
-            priority=priority,
-            retry=retry,
-            timeout=timeout,
-            executor=executor,
-            idempotency_key=idempotency_key,
-            bucket_key=bucket_key,
-        )
+            fn, args, kwargs, after, name, tags, priority, retry, timeout, executor,
+            idempotency_key, bucket_key,
+        )  # fmt: skip
 
     def _submit(
         self,
         fn: Callable[..., Any],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-        *,
         after: Iterable[Any] | Any = _NO_DEPS,
         name: str | None = None,
         tags: Iterable[str] | None = None,
@@ -467,6 +457,7 @@ class Controller:
         executor: Any = None,
         idempotency_key: str | None = None,
         bucket_key: str | None = None,
+        *,
         pipeline_run_id: str | None = None,
         join: JoinMode = JoinMode.ALL_SUCCEEDED,
         when: Callable[[Mapping[str, Any]], bool] | None = None,
@@ -477,7 +468,7 @@ class Controller:
     ) -> Any:
         """``prepared``: ``(final spec, inject)`` from a caller that has already validated
         the spec and bound the arguments (pipelines do it once per node at ``add``)."""
-        TaskHandle = _handle_class()
+        TaskHandle = _HANDLE or _handle_class()
         if not callable(fn):
             raise ConfigurationError(f"submit() needs a callable, got {fn!r}")
         if self._closed:
