@@ -13,7 +13,7 @@ from chongming_nb.core.state_machine import CONTROL_VERBS
 from chongming_nb.notebook import schema as S
 from chongming_nb.notebook import widget as W
 from chongming_nb.notebook._fakes import FakeController, RecordingComm
-from chongming_nb.notebook.rows import RateTracker
+from chongming_nb.notebook.rows import PROGRESS_FIELDS, RateTracker, progress_fields
 from chongming_nb.notebook.widget import TaskTable
 from chongming_nb.testing import FakeClock
 
@@ -93,6 +93,8 @@ def test_patched_rows_equal_rows_built_from_scratch(fctl, clock, comms, seed: in
         last_line = logs[-1].line.rstrip("\n") if logs else None
         assert kept[tid]["message"] == ((prog.message if prog else None) or last_line)
     assert list(kept[ids[0]]) == list(S.ROW_FIELDS)
+    assert list(progress_fields(fctl.get(ids[0]), 1.0, None)) == list(PROGRESS_FIELDS)
+    assert set(PROGRESS_FIELDS) <= set(S.ROW_FIELDS)
 
 
 def test_a_progress_update_patches_the_row_in_place_and_nothing_shared_changes(
