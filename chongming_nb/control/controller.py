@@ -136,7 +136,10 @@ class _Task:
     dependants: list[str] | None = None  # made at the first dependant (most have none)
     join: JoinMode = JoinMode.ALL_SUCCEEDED
     when: Callable[[Mapping[str, Any]], bool] | None = None
-    history: list[Transition] = field(default_factory=list)
+    # (see _history_row) plain-value tuples, not Transition objects: the collector
+    # stops tracking a tuple of plain values, so a finished task leaves 4 fewer
+    # objects for every later collection to walk
+    history: list[tuple[Any, ...]] = field(default_factory=list)
     attempts: list[AttemptRecord] = field(default_factory=list)
     extra_events: list[Event] | None = None
     logs: deque[LogRecord] | None = None
@@ -365,7 +368,10 @@ class Controller:
         prev_version = t.snap.status_version
         new, tr = method(t.snap, *a, **kw)
         t.snap = new
-        t.history.append(tr)
+        t.history.append(
+            (_VALUE_OF[tr.from_status], _VALUE_OF[tr.to_status], tr.trigger, tr.actor,
+             tr.reason, tr.at, tr.version, tr.override)
+        )  # fmt: skip
         if self._store is not None:
             self._outbox.append(("save", new, prev_version, tr))
         # the event is seen only by subscribers and hooks (the store keeps transitions,
@@ -1908,7 +1914,8 @@ class Controller:
 
     def history(self, task_id: Any) -> list[Transition]:
         with self._lock:
-            return list(self._task(task_id).history)
+            t = self._task(task_id)
+            return _transitions(t.snap.task_id, t.history)
 
     def events(
         self, task_id: Any, since: Any = None, types: Iterable[type[Event]] | None = None
@@ -1919,7 +1926,8 @@ class Controller:
         with self._lock:
             t = self._task(task_id)
             evs: list[Event] = [
-                _status_event(tr, f"{tr.task_id}:v{tr.version}") for tr in t.history
+                _status_event(tr, f"{tr.task_id}:v{tr.version}")
+                for tr in _transitions(t.snap.task_id, t.history)
             ]
             evs.extend(t.extra_events or ())
         evs.sort(key=lambda e: e.at)
@@ -2042,7 +2050,11 @@ class Controller:
 
         snaps = self.list_tasks(**filters)
         with self._lock:
-            trs = [tr for s in reversed(snaps) for tr in self._tasks[s.task_id].history]
+            trs = [
+                tr
+                for s in reversed(snaps)
+                for tr in _transitions(s.task_id, self._tasks[s.task_id].history)
+            ]
             names = {s.task_id: s.name for s in snaps}
         return transitions_frame(trs, names)
 
@@ -2083,7 +2095,7 @@ class Controller:
             return verify(self._store.history(tid), snap)
         with self._lock:
             t = self._task(tid)
-            return verify(list(t.history), t.snap)
+            return verify(_transitions(t.snap.task_id, t.history), t.snap)
 
     # --------------------------------------------------------------- lifecycle
 
@@ -2148,6 +2160,20 @@ def _timeout_seconds(t: Timeout, kind: FailureKind) -> float:
         FailureKind.TIMEOUT_IDLE: t.idle,
     }.get(kind)
     return float(v or 0)
+
+
+#: A task's history keeps statuses as their plain string values (see _Task.history).
+_VALUE_OF: dict[TaskStatus, str] = {s: s.value for s in TaskStatus}
+_STATUS_OF: dict[str, TaskStatus] = {s.value: s for s in TaskStatus}
+
+
+def _transitions(task_id: str, rows: list[tuple[Any, ...]]) -> list[Transition]:
+    """A task's history rows as the Transition objects they were made from."""
+    status = _STATUS_OF
+    return [
+        Transition(task_id, status[f], status[to], trigger, actor, reason, at, version, over)
+        for f, to, trigger, actor, reason, at, version, over in rows
+    ]
 
 
 def _status_event(tr: Transition, event_id: str) -> TaskStatusChanged:
