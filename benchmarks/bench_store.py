@@ -26,6 +26,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import shutil
@@ -381,6 +382,7 @@ def run(size: str) -> list[dict[str, Any]]:
         batches: list[list[Any]] = []
         runs: list[tuple[float, float]] = []
         for i in range(max(1, cfg["repeats"])):
+            gc.collect()  # not the previous run's garbage (the collector stays on)
             store = SqliteStore(work / f"tp-{i}.db")
             try:  # the first run's batches are replayed by recorder_cpu
                 runs.append(controller_throughput(store, n, batches if i == 0 else None))

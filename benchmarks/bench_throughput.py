@@ -11,6 +11,7 @@ sidebar agree. Every contender runs ``repeats`` times and reports its best run (
 
 from __future__ import annotations
 
+import gc
 import os
 import tempfile
 import time
@@ -66,8 +67,12 @@ def dask_rate(n: int, workers: int) -> float | None:
 
 
 def best(rate: Any, repeats: int) -> Any:
-    """The best of ``repeats`` runs of ``rate()`` (None if it is unavailable)."""
-    runs = [rate() for _ in range(max(1, repeats))]
+    """The best of ``repeats`` runs of ``rate()`` (None if it is unavailable). Each run
+    starts without the previous run's garbage; the collector stays on during a run."""
+    runs = []
+    for _ in range(max(1, repeats)):
+        gc.collect()
+        runs.append(rate())
     return None if runs[0] is None else max(runs)
 
 

@@ -12,6 +12,7 @@ the JSON; it does not stop the others.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import importlib.metadata
 import json
@@ -229,6 +230,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     seconds: dict[str, float] = {}
     for name in selected:
         print(f"... bench_{name} ({args.size})", file=out, flush=True)
+        # each module starts without the previous one's garbage (the collector stays on
+        # while it runs: a module pays for what it allocates, not for what came before)
+        gc.collect()
         got, err, secs = run_module(name, args.size)
         seconds[name] = round(secs, 3)
         rows.extend(got)
