@@ -348,14 +348,7 @@ class TaskTable(anywidget.AnyWidget):
     def _can_for(self, snap: TaskSnapshot) -> Mapping[str, tuple[bool, str | None]]:
         """``ctl.can_all`` for a row, asked again only when something ``can`` depends on
         has changed (every transition bumps ``status_version``; progress does not)."""
-        key = (
-            snap.status_version,
-            snap.status,
-            snap.requested_action,
-            snap.attempt,
-            snap.max_attempts,
-            snap.started_at,
-        )
+        key = status_key(snap)
         hit = self._can_cache.get(snap.task_id)
         if hit is not None and hit[0] == key:
             return hit[1]

@@ -7,24 +7,15 @@ import threading
 from typing import Any
 
 import pytest
+from _board import patches, rec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chongming_nb.core.state_machine import CONTROL_VERBS
 from chongming_nb.notebook import schema as S
-from chongming_nb.notebook._fakes import FakeController, RecordingComm, recording_comms
+from chongming_nb.notebook._fakes import FakeController, recording_comms
 from chongming_nb.notebook.widget import TaskTable, measure_update_traffic
 from chongming_nb.testing import FakeClock
-
-
-def rec(table: TaskTable) -> RecordingComm:
-    c = table.comm
-    assert isinstance(c, RecordingComm)
-    return c
-
-
-def patches(table: TaskTable) -> list[dict[str, Any]]:
-    return [m for m in rec(table).custom_messages() if m["type"] == "patch"]
 
 
 def acks(table: TaskTable) -> list[dict[str, Any]]:

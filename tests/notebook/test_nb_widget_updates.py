@@ -8,24 +8,15 @@ import random
 from typing import Any
 
 import pytest
+from _board import patches, rec
 
 from chongming_nb.core.state_machine import CONTROL_VERBS
 from chongming_nb.notebook import schema as S
 from chongming_nb.notebook import widget as W
-from chongming_nb.notebook._fakes import FakeController, RecordingComm
+from chongming_nb.notebook._fakes import FakeController
 from chongming_nb.notebook.rows import PROGRESS_FIELDS, RateTracker, progress_fields
 from chongming_nb.notebook.widget import TaskTable
 from chongming_nb.testing import FakeClock
-
-
-def rec(table: TaskTable) -> RecordingComm:
-    c = table.comm
-    assert isinstance(c, RecordingComm)
-    return c
-
-
-def patches(table: TaskTable) -> list[dict[str, Any]]:
-    return [m for m in rec(table).custom_messages() if m["type"] == "patch"]
 
 
 def board(fctl: FakeController, clock: FakeClock, **kw: Any) -> TaskTable:
