@@ -135,18 +135,56 @@ def transitions_frame(
     transitions: Iterable[Transition], names: Mapping[str, str] | None = None
 ) -> pd.DataFrame:
     trs = list(transitions)
+    return _transitions_columns(
+        [t.task_id for t in trs],
+        [t.from_status for t in trs],
+        [t.to_status for t in trs],
+        [t.trigger for t in trs],
+        [t.actor for t in trs],
+        [t.reason for t in trs],
+        [t.at for t in trs],
+        [t.version for t in trs],
+        [t.override for t in trs],
+        names,
+    )
+
+
+def history_rows_frame(
+    tasks: Sequence[tuple[str, Sequence[tuple[Any, ...]]]], names: Mapping[str, str] | None = None
+) -> pd.DataFrame:
+    """What ``transitions_frame`` makes, from the controller's own history rows: per task
+    ``(task_id, rows)``, each row ``(from, to, trigger, actor, reason, at, version,
+    override)`` with statuses as their values. No Transition object is built per row."""
+    ids = [tid for tid, rows in tasks for _ in rows]
+    flat = [r for _, rows in tasks for r in rows]
+    f, to, trigger, actor, reason, at, version, override = ([r[k] for r in flat] for k in range(8))
+    return _transitions_columns(ids, f, to, trigger, actor, reason, at, version, override, names)
+
+
+def _transitions_columns(
+    task_ids: Sequence[str],
+    from_status: Sequence[Any],
+    to_status: Sequence[Any],
+    trigger: Sequence[str],
+    actor: Sequence[str],
+    reason: Sequence[str | None],
+    at: Sequence[Any],
+    version: Sequence[int],
+    override: Sequence[bool],
+    names: Mapping[str, str] | None,
+) -> pd.DataFrame:
     names = names or {}
     return pd.DataFrame(
         {
-            "task_id": pd.Series([t.task_id for t in trs], dtype="string"),
-            "name": pd.Series([names.get(t.task_id) for t in trs], dtype="string"),
-            "version": pd.Series([t.version for t in trs], dtype="int64"),
-            "from_status": _cat([t.from_status for t in trs], STATUS_DTYPE),
-            "to_status": _cat([t.to_status for t in trs], STATUS_DTYPE),
-            "trigger": pd.Series([t.trigger for t in trs], dtype="string"),
-            "actor": pd.Series([t.actor for t in trs], dtype="string"),
-            "reason": pd.Series([t.reason for t in trs], dtype="string"),
-            "at": _times([t.at for t in trs]),
-            "override": pd.Series([t.override for t in trs], dtype="bool"),
+            "task_id": pd.Series(task_ids, dtype="string"),
+            "name": pd.Series([names.get(t) for t in task_ids], dtype="string"),
+            "version": pd.Series(version, dtype="int64"),
+            "from_status": _cat(from_status, STATUS_DTYPE),
+            "to_status": _cat(to_status, STATUS_DTYPE),
+            "trigger": pd.Series(trigger, dtype="string"),
+            "actor": pd.Series(actor, dtype="string"),
+            "reason": pd.Series(reason, dtype="string"),
+            "at": _times(at),
+            "override": pd.Series(override, dtype="bool"),
         }
     )

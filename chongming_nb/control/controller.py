@@ -2046,17 +2046,14 @@ class Controller:
 
     def events_df(self, **filters: Any) -> Any:
         """One row per status transition of the tasks matching ``filters``."""
-        from chongming_nb.frames import transitions_frame
+        from chongming_nb.frames import history_rows_frame
 
         snaps = self.list_tasks(**filters)
         with self._lock:
-            trs = [
-                tr
-                for s in reversed(snaps)
-                for tr in _transitions(s.task_id, self._tasks[s.task_id].history)
-            ]
+            # the history rows themselves (immutable tuples; a list copy per task)
+            tasks = [(s.task_id, list(self._tasks[s.task_id].history)) for s in reversed(snaps)]
             names = {s.task_id: s.name for s in snaps}
-        return transitions_frame(trs, names)
+        return history_rows_frame(tasks, names)
 
     # ------------------------------------------------------------------ store
 

@@ -145,6 +145,30 @@ def test_empty_frames_keep_their_dtypes(rig: Rig) -> None:
     assert pd.api.types.is_timedelta64_dtype(ctl.attempts_df()["duration"])
 
 
+def test_events_df_from_history_rows_equals_the_frame_of_the_transitions(rig: Rig) -> None:
+    """events_df is built from the controller's compact history rows; it must hold
+    exactly what transitions_frame makes of the Transition objects history() returns."""
+    from chongming_nb.frames import transitions_frame
+
+    ctl = rig.controller()
+    empty = ctl.events_df()
+    assert len(empty) == 0 and empty["to_status"].dtype == STATUS_DTYPE
+    ok = ctl.submit(ok_task, 1, name="ok <b>")
+    bad = ctl.submit(failing_task, name="bad")
+    ok.wait(timeout=5)
+    bad.wait(timeout=5)
+    ctl.retry(bad, force=True)
+    bad.wait(timeout=5)
+    evs = ctl.events_df()
+    trs = [tr for h in (bad, ok) for tr in ctl.history(h)]  # newest task first
+    expect = transitions_frame(trs, {ok.id: "ok <b>", bad.id: "bad"})
+    pd.testing.assert_frame_equal(
+        evs.sort_values(["task_id", "version"]).reset_index(drop=True),
+        expect.sort_values(["task_id", "version"]).reset_index(drop=True),
+    )
+    assert {"user:retry"} <= set(evs["trigger"])
+
+
 # ------------------------------------------------------------- event bus
 
 
