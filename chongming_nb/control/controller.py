@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
+import json
 import logging
 import random
 import secrets
@@ -88,7 +89,7 @@ from chongming_nb.runtime.executors import (
     make_executor,
 )
 from chongming_nb.runtime.heartbeat import Heartbeat
-from chongming_nb.stores.protocol import LogRecord
+from chongming_nb.stores.protocol import EventRecord, LogRecord
 
 log = logging.getLogger("chongming_nb.controller")
 
@@ -2254,17 +2255,23 @@ def _status_set(status: Any) -> frozenset[TaskStatus] | None:
         ) from None
 
 
+#: Argument types that are JSON as they are (the common case needs no trial encoding).
+_PLAIN_JSON = frozenset({str, int, float, bool, type(None)})
+
+
 def _recorded_call(task_id: str, now: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """A TaskCall record when the arguments are plain JSON (so ``reconcile(requeue)`` can
     run the task again by name); None otherwise. A name and data, never code."""
-    import json
-
-    from chongming_nb.stores.protocol import EventRecord
-
-    try:
-        json.dumps([list(args), kwargs])
-    except (TypeError, ValueError):
-        return None
+    plain = _PLAIN_JSON
+    # once per submit with a store: scalars (and no arguments at all) are JSON without
+    # a trial json.dumps; anything else is tried
+    if not all(type(a) in plain for a in args) or not all(
+        type(k) is str and type(v) in plain for k, v in kwargs.items()
+    ):
+        try:
+            json.dumps([list(args), kwargs])
+        except (TypeError, ValueError):
+            return None
     rec = EventRecord(
         event_id=f"call-{task_id}",
         task_id=task_id,
