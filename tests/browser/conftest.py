@@ -113,6 +113,13 @@ def jupyter_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]
     root.mkdir()
     (base / "config").mkdir()
     (base / "runtime").mkdir()
+    # answer JupyterLab's "get notified about Jupyter news?" question up front, so the
+    # toast does not cover the pages (and the screenshots in docs/img)
+    notification = base / "settings" / "@jupyterlab" / "apputils-extension"
+    notification.mkdir(parents=True)
+    (notification / "notification.jupyterlab-settings").write_text(
+        '{"fetchNews": "false", "checkForUpdates": false}'
+    )
     store = base / "tasks.db"
     token = secrets.token_hex(16)
     port = _free_port()
