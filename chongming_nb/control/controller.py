@@ -137,9 +137,9 @@ class _Task:
     dependants: list[str] | None = None  # made at the first dependant (most have none)
     join: JoinMode = JoinMode.ALL_SUCCEEDED
     when: Callable[[Mapping[str, Any]], bool] | None = None
-    # (see _history_row) plain-value tuples, not Transition objects: the collector
-    # stops tracking a tuple of plain values, so a finished task leaves 4 fewer
-    # objects for every later collection to walk
+    # plain-value tuples (written by _apply, read back by _transitions), not Transition
+    # objects: the collector stops tracking a tuple of plain values, so a finished task
+    # leaves 4 fewer objects for every later collection to walk
     history: list[tuple[Any, ...]] = field(default_factory=list)
     attempts: list[AttemptRecord] = field(default_factory=list)
     extra_events: list[Event] | None = None

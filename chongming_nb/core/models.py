@@ -156,17 +156,10 @@ SUBMIT_FIELDS = (
 _evolve_submitted = evolver(TaskSnapshot, leading=SUBMIT_FIELDS)
 
 
-def new_snapshot(fields: Mapping[str, Any]) -> TaskSnapshot:
-    """``TaskSnapshot(**fields)`` without a 32-parameter keyword call (a new task's
-    snapshot is built once per submit); unknown names raise TypeError."""
-    if "task_id" not in fields or "name" not in fields:
-        raise TypeError("a new snapshot needs task_id and name")
-    return _evolve_snapshot(_BLANK, fields)
-
-
 def submitted_snapshot(*values: Any) -> TaskSnapshot:
-    """A new task's snapshot from the values of SUBMIT_FIELDS, in that order (positional
-    slot stores: what ``new_snapshot`` does, without a dict and a setattr per field)."""
+    """A new task's snapshot from the values of SUBMIT_FIELDS, in that order:
+    ``TaskSnapshot(**dict(zip(SUBMIT_FIELDS, values)))`` without a 32-parameter keyword
+    call, as positional slot stores on a copy of a blank snapshot (once per submit)."""
     if len(values) != len(SUBMIT_FIELDS):
         raise TypeError(f"submitted_snapshot takes {len(SUBMIT_FIELDS)} values ({SUBMIT_FIELDS})")
     return _evolve_submitted(_BLANK, None, *values)

@@ -174,3 +174,19 @@ def test_leading_fields_must_be_distinct_fields() -> None:
         evolver(Fast, leading=("a", "zz"))
     with pytest.raises(TypeError, match="leading"):
         evolver(Fast, leading=("a", "a"))
+
+
+def test_submitted_snapshot_equals_the_keyword_construction() -> None:
+    from datetime import UTC, datetime
+
+    from chongming_nb.core.models import SUBMIT_FIELDS, TaskSnapshot, submitted_snapshot
+
+    values = (
+        "t1", "load", "run-1", ("etl",), 3, datetime(2026, 1, 1, tzinfo=UTC), "thread",
+        5, ("t0",), "key-1", 2, "bucket-a", "host:1:k",
+    )  # fmt: skip
+    snap = submitted_snapshot(*values)
+    assert type(snap) is TaskSnapshot
+    assert snap == TaskSnapshot(**dict(zip(SUBMIT_FIELDS, values, strict=True)))
+    with pytest.raises(TypeError, match="takes 13 values"):
+        submitted_snapshot(*values[:-1])
