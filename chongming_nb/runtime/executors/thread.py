@@ -169,8 +169,8 @@ class ThreadExecutor:
         if self._closed or len(self._idle) >= self._max_idle:
             return False  # (a racing park may overshoot max_idle by one: harmless)
         self._idle.append(worker)
-        if self._closed:  # shutdown swapped the list meanwhile: take ourselves back
-            return not self._retire(worker)
+        if self._closed:  # shutdown ran meanwhile and may have missed us: unless it
+            return not self._retire(worker)  # popped us (None is coming), leave now
         return True
 
     def _retire(self, worker: _Worker) -> bool:
