@@ -13,7 +13,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 VENV="${CHONGMING_VENV:-$ROOT/.venv}"
 
-bash scripts/setup.sh
+# Chromium and PostgreSQL are for the tests only: opening JupyterLab needs no root and no apt
+CHONGMING_SKIP_APT=1 bash scripts/setup.sh
 mkdir -p notebooks
 
 port="$(

@@ -174,7 +174,7 @@ def _transitions_section() -> list[str]:
         diagram.append(f"    {st.value} --> [*]")
     diagram.append("```")
     return [
-        "## Transition table (seed 001 §2.3, v1.3)",
+        "## Transition table",
         "",
         "Every status change made by the state machine is an edge of this table, except",
         "`retry` and `reset` (the only ways out of a terminal state) and the audited",
@@ -247,9 +247,9 @@ _GUARDS = [
     "- `force_transition(to, actor, reason)` goes anywhere, needs a non-empty actor and",
     "  reason, marks the snapshot `overridden` and is recorded as an `AdminOverride`.",
     "",
-    "## Where this differs from the seed's verb table (§3.1)",
+    "## Where the transition table overrides a verb",
     "",
-    "The transition table is frozen and wins over the verb table where they disagree:",
+    "The transition table is fixed, and it wins wherever a verb would want another edge:",
     "",
     "- `skip` is listed from `failed`, but `failed` has no out-edges, so `skip` is",
     "  accepted only from states whose row contains `skipped`: `pending`, `blocked`,",

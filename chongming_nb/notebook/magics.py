@@ -1,8 +1,9 @@
 """IPython magics: ``%load_ext chongming_nb`` registers
 
-* ``%%task NAME [--after NAME_OR_ID ...] [--retry N] [--timeout S] [--tag T ...]`` — run
-  the cell body as a background task with ``ctx`` (the TaskContext) in scope, and show its
-  live row. The value of the cell's last expression becomes the task's result.
+* ``%%task NAME [--as VAR] [--after NAME_OR_ID ...] [--retry N] [--timeout S] [--tag T ...]``
+  — run the cell body as a background task with ``ctx`` (the TaskContext) in scope, and
+  show its live row. The value of the cell's last expression becomes the task's result.
+  The handle is bound to ``VAR`` (with ``--as``) and to ``_``, as a cell's value would be.
 * ``%tasks [--status S] [--tag T] [--name PREFIX]`` — show the board.
 * ``%task stop|pause|resume|retry|skip NAME_OR_ID`` — apply a verb.
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import keyword
 import shlex
 from collections.abc import Callable
 from typing import Any
@@ -21,7 +23,12 @@ from typing import Any
 from chongming_nb.notebook.schema import VERBS
 
 TASK_USAGE = (
-    "usage: %%task NAME [--after NAME_OR_ID ...] [--retry N] [--timeout SECONDS] [--tag TAG ...]"
+    "usage: %%task NAME [--as VAR] [--after NAME_OR_ID ...] [--retry N] [--timeout SECONDS]"
+    " [--tag TAG ...]"
+)
+LOADED_MESSAGE = (
+    "chongming_nb magics: %%task NAME [--as VAR] runs a cell as a task; "
+    "%tasks shows the board; %task stop|pause|resume|retry|skip NAME_OR_ID"
 )
 TASKS_USAGE = "usage: %tasks [--status STATUS] [--tag TAG] [--name PREFIX]"
 VERB_USAGE = f"usage: %task {{{'|'.join(VERBS)}}} NAME_OR_ID"
@@ -42,6 +49,7 @@ class _Parser(argparse.ArgumentParser):
 def _task_parser() -> _Parser:
     p = _Parser(prog="%%task", add_help=False)
     p.add_argument("name")
+    p.add_argument("--as", dest="var", default=None)
     p.add_argument("--after", nargs="+", action="extend", default=[])
     p.add_argument("--retry", type=int, default=None)
     p.add_argument("--timeout", type=float, default=None)
@@ -73,6 +81,8 @@ def parse_task_line(line: str) -> argparse.Namespace:
         raise UsageError(f"--retry must be >= 0, got {ns.retry}")
     if ns.timeout is not None and not ns.timeout > 0:
         raise UsageError(f"--timeout must be > 0 seconds, got {ns.timeout}")
+    if ns.var is not None and (not ns.var.isidentifier() or keyword.iskeyword(ns.var)):
+        raise UsageError(f"--as needs a Python variable name, got {ns.var!r}")
     return ns
 
 
@@ -181,6 +191,9 @@ class TaskMagics:
         except Exception as exc:
             self._out(f"%%task {ns.name}: not submitted: {exc}")
             return None
+        if ns.var is not None:
+            self.shell.user_ns[ns.var] = handle
+        self.shell.user_ns["_"] = handle
         self._display(handle)
         return None
 
@@ -225,14 +238,20 @@ class TaskMagics:
         return None
 
 
-def load_ipython_extension(ip: Any, get_controller: Callable[[], Any] | None = None) -> TaskMagics:
-    """Register ``%%task``, ``%task`` and ``%tasks`` on the shell ``ip``."""
+def load_ipython_extension(
+    ip: Any,
+    get_controller: Callable[[], Any] | None = None,
+    out: Callable[[str], None] = print,
+) -> TaskMagics:
+    """Register ``%%task``, ``%task`` and ``%tasks`` on the shell ``ip`` and say so in one
+    line (``out``)."""
     if get_controller is None:
         from chongming_nb.control.kernel import get_controller as kernel_controller
 
         get_controller = kernel_controller
-    magics = TaskMagics(ip, get_controller)
+    magics = TaskMagics(ip, get_controller, out=out)
     ip.register_magic_function(magics.task_cell, magic_kind="cell", magic_name="task")
     ip.register_magic_function(magics.task_line, magic_kind="line", magic_name="task")
     ip.register_magic_function(magics.tasks_line, magic_kind="line", magic_name="tasks")
+    out(LOADED_MESSAGE)
     return magics

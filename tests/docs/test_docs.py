@@ -26,3 +26,14 @@ def test_relative_links_in_docs_resolve() -> None:
             if not (md.parent / target).exists():
                 broken.append(f"{md.relative_to(ROOT)} -> {target}")
     assert not broken, broken
+
+
+def test_user_facing_docs_speak_the_products_words() -> None:
+    """"Seed" and "frozen contract" name our internal design documents; users never see them."""
+    internal = re.compile(r"\bseeds?\b|\bfrozen (?:contract|table|transition)", re.IGNORECASE)
+    found = []
+    for md in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for number, line in enumerate(md.read_text(encoding="utf-8").splitlines(), 1):
+            if internal.search(line):
+                found.append(f"{md.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not found, found

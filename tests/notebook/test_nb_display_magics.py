@@ -135,10 +135,28 @@ def shell_and_magics(ctl: Any) -> tuple[FakeShell, TaskMagics, list[Any], list[s
     return shell, magics, shown, said
 
 
-def test_load_extension_registers_the_three_magics(ctl) -> None:
+def test_load_extension_registers_the_three_magics_and_names_them_in_one_line(ctl) -> None:
     shell = FakeShell()
-    load_ipython_extension(shell, lambda: ctl)
+    said: list[str] = []
+    load_ipython_extension(shell, lambda: ctl, out=said.append)
     assert set(shell.magics) == {("cell", "task"), ("line", "task"), ("line", "tasks")}
+    (line,) = said
+    assert "\n" not in line
+    for name in ("%%task", "%tasks", "%task stop"):
+        assert name in line
+
+
+def test_task_cell_binds_the_handle_with_as_and_underscore(ctl, shell_and_magics) -> None:
+    shell, magics, shown, said = shell_and_magics
+    magics.task_cell("answer --as h", "6 * 7")
+    assert said == []
+    (shown_handle,) = shown
+    assert shell.user_ns["h"] is shown_handle
+    assert shell.user_ns["_"] is shown_handle
+    assert shell.user_ns["h"].result(timeout=20) == 42
+    magics.task_cell("again", "1")
+    assert shell.user_ns["_"] is shown[1]
+    assert shell.user_ns["h"] is shown_handle
 
 
 def test_task_cell_runs_in_background_with_ctx_and_user_namespace(ctl, shell_and_magics) -> None:
@@ -177,6 +195,8 @@ def test_task_cell_after_waits_for_the_named_task(ctl, shell_and_magics) -> None
         ("name --after nosuchtask", "1", "no task with id or name 'nosuchtask'"),
         ("name 'unclosed", "1", "No closing quotation"),
         ("name", "def broken(:\n", "does not compile"),
+        ("name --as 1x", "1", "--as needs a Python variable name"),
+        ("name --as for", "1", "--as needs a Python variable name"),
     ],
 )
 def test_bad_task_arguments_print_usage_and_submit_nothing(
