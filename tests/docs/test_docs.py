@@ -29,7 +29,7 @@ def test_relative_links_in_docs_resolve() -> None:
 
 
 def test_user_facing_docs_speak_the_products_words() -> None:
-    """"Seed" and "frozen contract" name our internal design documents; users never see them."""
+    """ "Seed" and "frozen contract" name our internal design documents; users never see them."""
     internal = re.compile(r"\bseeds?\b|\bfrozen (?:contract|table|transition)", re.IGNORECASE)
     found = []
     for md in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
