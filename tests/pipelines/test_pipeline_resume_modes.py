@@ -20,6 +20,7 @@ from chongming_nb import (
     TaskWarning,
 )
 from chongming_nb.control.pipeline import Pipeline, PipelineRunStatus
+from chongming_nb.control.pipeline._record import run_spec
 
 R = PipelineRunStatus
 
@@ -111,7 +112,7 @@ def test_an_unrestorable_output_is_named_and_rerun(ctl: Controller) -> None:
     first = p.submit(ctl)
     first.wait(DEADLINE)
     # corrupt one stored output
-    spec = first._spec()
+    spec = run_spec(first)
     out = next(n["output"] for n in spec["nodes"] if n["name"] == "transform")
     Path(out).write_bytes(b"not a pickle")
     fail.clear()
@@ -168,9 +169,9 @@ def test_resume_after_a_crash_from_a_new_controller(tmp_path: Path) -> None:
     }
 
     # "the kernel restarted": a new controller, a new pipeline object, the same store
-    import chongming_nb.control.pipeline as mod
+    from chongming_nb.control.pipeline._resume import RUNS
 
-    mod._RUNS.clear()
+    RUNS.clear()
     fail.clear()
     calls.counts.clear()
     ctl2 = Controller(

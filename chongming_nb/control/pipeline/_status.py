@@ -1,0 +1,29 @@
+"""A run's aggregated status, and the task statuses the run reacts to."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from chongming_nb.core.states import TaskStatus
+
+__all__ = ["FAILURES", "RUN_TERMINAL", "PipelineRunStatus"]
+
+S = TaskStatus
+
+
+class PipelineRunStatus(StrEnum):
+    """A run's aggregated status (see ``PipelineRun.status``)."""
+
+    RUNNING = "running"
+    PAUSED = "paused"
+    STOPPING = "stopping"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+
+RUN_TERMINAL = frozenset(
+    {PipelineRunStatus.SUCCEEDED, PipelineRunStatus.FAILED, PipelineRunStatus.STOPPED}
+)
+#: Task statuses that hold a fail-fast run at once.
+FAILURES = frozenset({S.FAILED, S.LOST})
