@@ -66,6 +66,26 @@ def test_uncooperative_cpu_loop_is_stopped_for_real(ctl: cn.Controller) -> None:
     assert _gone(pid), f"process {pid} survived the stop"
 
 
+def test_sigint_to_the_child_neither_kills_the_attempt_nor_prints_a_traceback(
+    ctl: cn.Controller,
+) -> None:
+    """Kernel -> Interrupt and kernel shutdown send SIGINT to the whole process group."""
+    h = ctl.submit(T.loop_until_stopped)
+    _wait_running(ctl, h)
+    assert poll_until(lambda: (p := ctl.get(h).progress) is not None and p.done >= 1000, WAIT)
+    pid = ctl.get(h).pid
+    assert pid is not None and pid != os.getpid()
+    os.kill(pid, signal.SIGINT)
+    done_before = ctl.get(h).progress.done  # type: ignore[union-attr]
+    # still alive and still working after the signal was delivered
+    assert poll_until(lambda: ctl.get(h).progress.done > done_before + 5000, WAIT)  # type: ignore[union-attr]
+    assert ctl.get(h).status is S.RUNNING and not _gone(pid)
+    h.stop()
+    assert h.wait(WAIT)
+    assert ctl.get(h).status is S.STOPPED
+    assert not any("KeyboardInterrupt" in rec.line for rec in h.logs())
+
+
 def test_lambda_and_closure_get_a_clear_error_and_nothing_is_created(ctl: cn.Controller) -> None:
     def local(ctx: cn.TaskContext) -> int:
         return 1

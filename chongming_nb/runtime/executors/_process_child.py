@@ -28,6 +28,7 @@ import itertools
 import multiprocessing.connection
 import os
 import pickle
+import signal
 import sys
 import sysconfig
 import threading
@@ -207,6 +208,11 @@ def serve(
     crash_path: str,
 ) -> None:
     """Entry point of the child process."""
+    # The parent controls this process (stop: flag, then terminate, then kill). SIGINT is
+    # not for it: Kernel -> Interrupt and a kernel shutdown signal the kernel's whole
+    # process group, and a child that took it would die mid-attempt with a
+    # KeyboardInterrupt traceback printed under whatever cell runs.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # a hard crash (segfault, abort) writes the Python stacks here for the parent
     with contextlib.suppress(OSError):
         crash_file = open(crash_path, "w")  # noqa: SIM115 - must stay open until exit
