@@ -20,6 +20,7 @@ SIZES: dict[str, dict[str, dict[str, Any]]] = {
         "dag": {"nodes": 50},
         "executors": {"tasks": 4, "work": 20_000},
         "widget": {"tasks": 100, "seconds": 1.0},
+        "output": {"megabytes": 1, "repeats": 1},
     },
     "full": {
         "overhead": {"items": 2_000_000, "calls": 2_000_000, "repeats": 5},
@@ -30,6 +31,7 @@ SIZES: dict[str, dict[str, dict[str, Any]]] = {
         "dag": {"nodes": 1_000},
         "executors": {"tasks": 8, "work": 2_000_000},
         "widget": {"tasks": 10_000, "seconds": 10.0},
+        "output": {"megabytes": 8, "repeats": 3},
     },
 }
 

@@ -17,6 +17,7 @@ from typing import Any
 from chongming_nb.core.errors import ConfigurationError, TaskExecutionError
 from chongming_nb.runtime.cancellation import CancellationToken
 from chongming_nb.runtime.executors.base import ExecutionRequest, Outcome, Reporter
+from chongming_nb.runtime.output import LineAssembler
 
 #: How often the child's mirror thread (or a dask agent) samples heartbeats and flushes
 #: progress when nothing pokes it.
@@ -288,12 +289,12 @@ def deliver(msg: tuple[Any, ...], reporter: Reporter, token: CancellationToken) 
 
 class LineWriter(io.TextIOBase):
     """A text stream that turns every complete line into a log line (for threads the task
-    starts itself, whose output the per-thread capture does not see)."""
+    starts itself, whose output the per-thread capture does not see). Lines are
+    assembled as the capture does (``\r`` redraws, long lines cut); ``flush`` emits an
+    unterminated rest, as the end of an attempt does."""
 
     def __init__(self, stream: str, sink: Callable[[str, str, str | None], None]) -> None:
-        self._stream = stream
-        self._sink = sink
-        self._buf = ""
+        self._asm = LineAssembler(stream, sink)
         self._lock = threading.Lock()
 
     def writable(self) -> bool:
@@ -301,14 +302,9 @@ class LineWriter(io.TextIOBase):
 
     def write(self, s: str) -> int:
         with self._lock:
-            text = self._buf + s
-            *lines, self._buf = text.split("\n")
-        for line in lines:
-            self._sink(self._stream, line, None)
+            self._asm.write(s)
         return len(s)
 
     def flush(self) -> None:
         with self._lock:
-            rest, self._buf = self._buf, ""
-        if rest:
-            self._sink(self._stream, rest, None)
+            self._asm.flush()
