@@ -2197,15 +2197,22 @@ def _describe(value: Any) -> dict[str, Any] | None:
     if cls is bool or cls is float or (cls is int and -(10**18) < value < 10**18):
         # the common case, without probing (what the general path below gives them)
         return {"type": f"builtins.{cls.__qualname__}", "value": value}
-    out: dict[str, Any] = {"type": f"{type(value).__module__}.{type(value).__qualname__}"}
-    shape = getattr(value, "shape", None)
+    # anything the result does may raise (a property, __len__, __repr__): the outcome
+    # says what could be read, and the attempt still succeeds
+    out: dict[str, Any] = {"type": f"{cls.__module__}.{cls.__qualname__}"}
+    try:
+        shape = getattr(value, "shape", None)
+    except Exception:
+        shape = None
     if isinstance(shape, tuple):
-        out["shape"] = list(shape)
+        with contextlib.suppress(Exception):
+            out["shape"] = [int(n) for n in shape]
     else:
         with contextlib.suppress(Exception):
             out["len"] = len(value)
-    if isinstance(value, int | float | bool | str) and len(repr(value)) <= 200:
-        out["value"] = value
+    with contextlib.suppress(Exception):
+        if isinstance(value, int | float | bool | str) and len(repr(value)) <= 200:
+            out["value"] = value
     return out
 
 

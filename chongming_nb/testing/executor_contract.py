@@ -8,6 +8,9 @@ controller relies on:
 
 * a returned value comes back as ``Outcome("succeeded", value)``, after ``started``;
 * an exception comes back as ``failed`` with its type, message and full traceback;
+* whatever a task raises or returns (an exception whose ``str`` or traceback walk fails,
+  a ``BaseException`` of its own, a result whose ``repr`` fails) ends the attempt with
+  an outcome, and the executor runs the next attempt;
 * a cooperative stop ends the attempt as ``cancelled``;
 * pause is a handshake (``pause_reached`` asked, the task blocks, ``resume`` wakes it and
   ``resumed`` is told) where ``supports_pause``, and a paused task reports no progress;
@@ -274,6 +277,58 @@ def read_upstream(ctx: TaskContext, key: str) -> Any:
     return ctx.upstream(key)
 
 
+class UnprintableError(Exception):
+    """An exception whose ``str`` and ``repr`` raise."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("__str__ of UnprintableError fails")
+
+    def __repr__(self) -> str:
+        raise RuntimeError("__repr__ of UnprintableError fails")
+
+
+class UntraceableError(Exception):
+    """An exception whose traceback cannot be walked from Python."""
+
+    @property  # type: ignore[override]
+    def __traceback__(self) -> Any:
+        raise RuntimeError("the traceback of UntraceableError cannot be read")
+
+
+class OddBaseException(BaseException):
+    """A BaseException that is not an Exception and not the runtime's own."""
+
+
+class BadReturn:
+    """A result whose ``repr``, ``len`` and ``shape`` raise (it still pickles)."""
+
+    def __repr__(self) -> str:
+        raise RuntimeError("__repr__ of BadReturn fails")
+
+    def __len__(self) -> int:
+        raise RuntimeError("__len__ of BadReturn fails")
+
+    @property
+    def shape(self) -> Any:
+        raise ValueError("shape of BadReturn fails")
+
+
+def raise_unprintable(ctx: TaskContext) -> None:
+    raise UnprintableError("never shown")
+
+
+def raise_untraceable(ctx: TaskContext) -> None:
+    raise UntraceableError("no traceback walk")
+
+
+def raise_odd_base(ctx: TaskContext) -> None:
+    raise OddBaseException("not an Exception")
+
+
+def return_bad_object(ctx: TaskContext) -> BadReturn:
+    return BadReturn()
+
+
 # --------------------------------------------------------------------- checks
 
 
@@ -304,6 +359,33 @@ def check_exception_is_failure_with_traceback(profile: ExecutorProfile) -> None:
     assert out.traceback is not None
     assert "raise ContractError(message)" in out.traceback, out.traceback
     assert isinstance(out.exception, ContractError)
+
+
+def check_bad_exceptions_and_results_never_kill_the_executor(profile: ExecutorProfile) -> None:
+    """Whatever a task raises or returns, the attempt ends with an outcome (the type name
+    and what could be recorded) and the same executor runs the next attempt."""
+    ex = profile.make()
+    for target, type_name, unprintable in (
+        (raise_unprintable, "UnprintableError", True),
+        (raise_untraceable, "UntraceableError", False),
+        (raise_odd_base, "OddBaseException", False),
+    ):
+        rep = RecordingReporter()
+        ex.launch(make_request(target), rep)
+        out = rep.outcome(profile.timeout)
+        assert out.kind == "failed", out
+        assert out.message is not None and out.message.startswith(type_name), out.message
+        assert not unprintable or "unprintable exception" in out.message, out.message
+        assert out.exception_type is not None and out.exception_type.endswith(type_name)
+        assert out.traceback, out
+    rep = RecordingReporter()
+    ex.launch(make_request(return_bad_object), rep)
+    out = rep.outcome(profile.timeout)
+    assert out.kind == "succeeded" and isinstance(out.value, BadReturn), out
+    rep = RecordingReporter()
+    ex.launch(make_request(add, 40, 2), rep)
+    out = rep.outcome(profile.timeout)
+    assert out.kind == "succeeded" and out.value == 42, out
 
 
 def check_cooperative_stop_is_cancelled(profile: ExecutorProfile) -> None:
@@ -476,6 +558,7 @@ def check_inline_runs_before_launch_returns(profile: ExecutorProfile) -> None:
 ALWAYS: tuple[Callable[[ExecutorProfile], None], ...] = (
     check_returns_value,
     check_exception_is_failure_with_traceback,
+    check_bad_exceptions_and_results_never_kill_the_executor,
     check_progress_reaches_reporter,
     check_output_and_emit_reach_reporter,
     check_context_injected,

@@ -33,7 +33,6 @@ import sys
 import sysconfig
 import threading
 import time
-import traceback as tb
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -46,7 +45,7 @@ from chongming_nb.runtime.executors._channel import (
     LineWriter,
     outcome_to_wire,
 )
-from chongming_nb.runtime.executors.base import ExecutionRequest, run_attempt
+from chongming_nb.runtime.executors.base import ExecutionRequest, describe_failure, run_attempt
 
 #: A module file modified less than this before an attempt started may have been loaded
 #: in either version: the child reports it as stale (a fresh child will load it).
@@ -132,13 +131,13 @@ def _mirror(
 
 
 def _load_failure(exc: BaseException) -> dict[str, Any]:
+    message, trace, qualified = describe_failure(exc)
     return {
         "kind": "failed",
-        "exception": TaskExecutionError(f"could not load the task: {exc}"),
-        "traceback": "".join(tb.format_exception(exc)),
-        "message": f"the child process could not load the task "
-        f"({type(exc).__name__}: {exc}). {THREAD_HINT}",
-        "exception_type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+        "exception": TaskExecutionError(f"could not load the task: {message}"),
+        "traceback": trace,
+        "message": f"the child process could not load the task ({message}). {THREAD_HINT}",
+        "exception_type": qualified,
     }
 
 

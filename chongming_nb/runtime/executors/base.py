@@ -145,12 +145,72 @@ def run_coroutine(coro: Any) -> Any:
     return box.get("value")
 
 
+def _safe_str(obj: object) -> str | None:
+    try:
+        return str(obj)
+    except BaseException:  # user code: anything may come out of __str__
+        return None
+
+
+def type_names(exc: BaseException) -> tuple[str, str]:
+    """``(name, module.qualname)`` of an exception's type; never raises."""
+    cls = type(exc)
+    name = getattr(cls, "__name__", None)
+    if not isinstance(name, str):
+        name = "<unknown exception type>"
+    module = getattr(cls, "__module__", None)
+    qual = getattr(cls, "__qualname__", None)
+    if isinstance(module, str) and isinstance(qual, str):
+        return name, f"{module}.{qual}"
+    return name, name
+
+
+def describe_failure(exc: BaseException) -> tuple[str, str, str]:
+    """``(message, traceback, exception_type)`` for what a task raised; never raises.
+
+    A part that cannot be had (``str`` that raises, a traceback that cannot be walked)
+    is replaced by what could be recorded: the type name and "unprintable exception".
+    """
+    name, qualified = type_names(exc)
+    text = _safe_str(exc)
+    message = f"{name}: unprintable exception" if text is None else f"{name}: {text}"
+    try:
+        trace = "".join(tb.format_exception(exc))
+    except BaseException as why:  # a traceback walk that fails
+        trace = "Traceback unavailable (" + (type_names(why)[0]) + " while reading it)\n"
+        trace += message + "\n"
+    return message, trace, qualified
+
+
+def failed_outcome(exc: BaseException, prefix: str = "") -> Outcome:
+    """The ``failed`` outcome of an exception, however badly it behaves."""
+    message, trace, qualified = describe_failure(exc)
+    return Outcome(
+        "failed",
+        exception=exc,
+        traceback=trace,
+        message=prefix + message,
+        exception_type=qualified,
+    )
+
+
 def run_attempt(request: ExecutionRequest, token: CancellationToken, reporter: Reporter) -> Outcome:
-    """Run one attempt in the current thread and describe how it ended.
+    """Run one attempt in the current thread and describe how it ended. Never raises:
+    whatever the task raises or returns, the result is an Outcome (the worker that
+    called this lives on and runs the next attempt).
 
     ``async def`` targets run to completion on this thread's own event loop. Output and
     log lines written by this thread go to the task's log while it runs.
     """
+    try:
+        return _run_attempt(request, token, reporter)
+    except BaseException as exc:  # e.g. a reporter call that failed
+        return failed_outcome(exc, "the attempt could not be run to its end: ")
+
+
+def _run_attempt(
+    request: ExecutionRequest, token: CancellationToken, reporter: Reporter
+) -> Outcome:
     token.on_pause_reached = reporter.pause_reached
     token.on_resumed = reporter.resumed
     reporter.started()
@@ -175,12 +235,8 @@ def run_attempt(request: ExecutionRequest, token: CancellationToken, reporter: R
                 value = run_coroutine(value)
         return Outcome("succeeded", value=value)
     except TaskCancelled as exc:
-        return Outcome("cancelled", message=str(exc) or "stopped", exception_type="TaskCancelled")
-    except BaseException as exc:  # user code: keep everything, including the traceback
         return Outcome(
-            "failed",
-            exception=exc,
-            traceback="".join(tb.format_exception(exc)),
-            message=f"{type(exc).__name__}: {exc}",
-            exception_type=f"{type(exc).__module__}.{type(exc).__qualname__}",
+            "cancelled", message=_safe_str(exc) or "stopped", exception_type="TaskCancelled"
         )
+    except BaseException as exc:  # user code: keep everything, including the traceback
+        return failed_outcome(exc)

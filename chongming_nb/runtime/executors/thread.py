@@ -12,6 +12,7 @@ as the thread really runs.
 from __future__ import annotations
 
 import itertools
+import logging
 import queue
 import threading
 
@@ -24,6 +25,7 @@ from chongming_nb.runtime.executors.base import (
 )
 
 _IDLE_SECONDS = 30.0
+log = logging.getLogger("chongming_nb.executors")
 _names = itertools.count(1)
 
 
@@ -129,7 +131,10 @@ class _Worker:
             # ``running``, which is False from ``_done.set()`` on, so it cannot happen
             # after this check).
             parked = not self.abandoned and self.pool._park(self)
-            reporter.finished(outcome)
+            try:
+                reporter.finished(outcome)
+            except Exception:  # the controller's bug must not take the worker with it
+                log.exception("reporting the end of %s failed", request.task_id)
             if not parked:
                 return
 
