@@ -16,6 +16,7 @@ from chongming_nb.core.errors import (
     FatalError,
     InvalidTransition,
     RetryableError,
+    Stopped,
     StoreError,
     TaskCancelled,
     TaskError,
@@ -74,6 +75,7 @@ if TYPE_CHECKING:
         RetryPolicy,
         Timeout,
     )
+    from chongming_nb.notebook.track import tqdm, track, trange
     from chongming_nb.runtime.cancellation import CancellationToken
     from chongming_nb.runtime.context import TaskContext
     from chongming_nb.runtime.executors import InlineExecutor, ThreadExecutor
@@ -108,6 +110,7 @@ _LAZY_MODULES: dict[str, tuple[str, ...]] = {
         "TaskWarning",
     ),
     "chongming_nb.core.graph": ("Graph",),
+    "chongming_nb.notebook.track": ("track", "tqdm", "trange"),
     "chongming_nb.core.policies": (
         "AggregationPolicy",
         "BucketPolicy",
@@ -224,6 +227,7 @@ __all__ = [
     "RetryableError",
     "SqliteStore",
     "StateMachine",
+    "Stopped",
     "StoreError",
     "StoreReader",
     "TaskCancelled",
@@ -251,4 +255,7 @@ __all__ = [
     "get_controller",
     "open_store",
     "task",
+    "tqdm",
+    "track",
+    "trange",
 ]

@@ -709,6 +709,8 @@ class Controller:
         )
 
     def _take_slot(self, t: _Task) -> None:
+        if t.executor is not None and getattr(t.executor, "takes_slot", True) is False:
+            return  # a loop in a cell (control/loops.py): it runs in its caller's thread
         t.holds_slot = True
         self._running += 1
         for tag in t.snap.tags:
@@ -1411,6 +1413,9 @@ class Controller:
         err = self._sm.check(t.snap, verb, force=force)
         if err is not None:
             raise err
+        why = _refused(t, verb)
+        if why is not None:
+            raise InvalidTransition(t.snap.status, verb, (), detail=why, task_id=t.snap.task_id)
 
     def pause(
         self, task_id: Any, timeout: float | None = None, *, actor: str = "user", wait: bool = False
@@ -1783,6 +1788,10 @@ class Controller:
             ok, why = self._sm.can(t.snap, verb, force=force)
             if ok and verb == "reset" and t.exec_attempt:
                 return False, "its execution is still alive; stop it first"
+            if ok:
+                refused = _refused(t, verb)
+                if refused is not None:
+                    return False, refused
             return ok, why
 
     def can_all(self, task_id: Any) -> dict[str, tuple[bool, str | None]]:
@@ -2149,6 +2158,13 @@ _SCOPES = {
     FailureKind.TIMEOUT_ATTEMPT: "attempt",
     FailureKind.TIMEOUT_IDLE: "idle",
 }
+
+
+def _refused(t: _Task, verb: str) -> str | None:
+    """Why ``t``'s executor refuses ``verb`` although its state allows it (e.g. a loop in
+    a cell cannot be retried: control/loops.py), or None."""
+    refuse = getattr(t.executor, "refuse", None)
+    return refuse(verb) if callable(refuse) else None
 
 
 def _timeout_seconds(t: Timeout, kind: FailureKind) -> float:

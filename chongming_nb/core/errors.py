@@ -17,6 +17,7 @@
 
     BaseException
      └── TaskCancelled              (raised by ctx.checkpoint() when a stop was requested)
+          └── Stopped               (a tracked loop in a cell stopped at an item boundary)
 
 ``TaskCancelled`` deliberately sits outside the tree, under ``BaseException`` like
 ``KeyboardInterrupt`` and trio's ``Cancelled``: task code very often says
@@ -154,3 +155,47 @@ class TaskCancelled(BaseException):
 
     Derives from BaseException on purpose; see the module docstring.
     """
+
+
+def _duration(seconds: float) -> str:
+    s = int(seconds)
+    if s < 60:
+        return f"{seconds:.1f}s"
+    h, rest = divmod(s, 3600)
+    m, sec = divmod(rest, 60)
+    return f"{h}h{m:02d}m{sec:02d}s" if h else f"{m}m{sec:02d}s"
+
+
+def _count(n: float) -> str:
+    return f"{n:,.0f}" if float(n).is_integer() else f"{n:,.2f}"
+
+
+class Stopped(TaskCancelled):
+    """A tracked loop (``cn.track``, ``cn.tqdm``) was stopped at an item boundary.
+
+    Raised in the loop's own thread before the next item, so no item is half done.
+    IPython shows ``_render_traceback_()`` instead of a traceback: one neutral line.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        done: float,
+        total: float | None,
+        elapsed: float,
+        by: str = "you",
+        task_id: str | None = None,
+    ) -> None:
+        self.name = name
+        self.done = done
+        self.total = total
+        self.elapsed = elapsed
+        self.by = by
+        self.task_id = task_id
+        at = _count(done)
+        if total:
+            at += f" / {_count(total)} ({100.0 * done / total:.0f}%)"
+        super().__init__(f"{name}: stopped by {by} at {at} after {_duration(elapsed)}")
+
+    def _render_traceback_(self) -> list[str]:
+        return [str(self)]

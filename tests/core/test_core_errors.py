@@ -52,7 +52,7 @@ def test_the_module_defines_the_expected_classes() -> None:
 
 @pytest.mark.parametrize("cls", ERROR_CLASSES, ids=lambda c: c.__name__)
 def test_every_error_derives_from_task_error_except_task_cancelled(cls: type) -> None:
-    if cls is TaskCancelled:
+    if issubclass(cls, TaskCancelled):  # TaskCancelled and its Stopped
         assert issubclass(cls, BaseException)
         assert not issubclass(cls, Exception)
         assert not issubclass(cls, TaskError)
@@ -75,6 +75,20 @@ def test_except_exception_does_not_swallow_task_cancelled() -> None:
 
     with pytest.raises(TaskCancelled):
         user_code()
+
+
+def test_stopped_renders_as_one_line_instead_of_a_traceback() -> None:
+    stop = errors.Stopped("convert", 1234, 10_000, 192.4, task_id="t1")
+    assert isinstance(stop, TaskCancelled) and not isinstance(stop, Exception)
+    assert stop._render_traceback_() == [
+        "convert: stopped by you at 1,234 / 10,000 (12%) after 3m12s"
+    ]
+    assert str(errors.Stopped("x", 3, None, 2.5, by="interrupt")) == (
+        "x: stopped by interrupt at 3 after 2.5s"
+    )
+    assert str(errors.Stopped("x", 1.5, 4, 7322.0)) == (
+        "x: stopped by you at 1.50 / 4 (38%) after 2h02m02s"
+    )
 
 
 def test_configuration_subtree() -> None:

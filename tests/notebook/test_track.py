@@ -1,0 +1,339 @@
+"""``cn.track`` / ``cn.tqdm`` / ``cn.trange`` without a kernel: the tqdm-compatible surface
+against real tqdm for the same calls, and the loop's task on a real controller (pause,
+resume and stop at item boundaries from another thread, nesting, the kind interrupt)."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import tqdm as real_tqdm
+
+import chongming_nb as cn
+from chongming_nb import TaskStatus as S
+
+
+def _quiet(**kw: Any) -> dict[str, Any]:
+    return {"file": io.StringIO(), **kw}
+
+
+def _both(make: Callable[[Any], Any]) -> tuple[Any, Any]:
+    return make(real_tqdm.tqdm), make(cn.tqdm)
+
+
+# ------------------------------------------------------------ the tqdm surface
+
+
+@pytest.mark.parametrize(
+    "iterable",
+    [
+        pytest.param(lambda: list(range(37)), id="list"),
+        pytest.param(lambda: (i * i for i in range(37)), id="generator"),
+        pytest.param(lambda: {"a": 1, "b": 2, "c": 3}, id="dict"),
+        pytest.param(lambda: "chongming", id="str"),
+        pytest.param(lambda: range(0), id="empty"),
+    ],
+)
+@pytest.mark.parametrize(
+    "kw",
+    [
+        pytest.param({}, id="plain"),
+        pytest.param({"total": 100}, id="total"),
+        pytest.param({"initial": 5}, id="initial"),
+        pytest.param({"disable": True}, id="disable"),
+        pytest.param({"disable": True, "initial": 3}, id="disable-initial"),
+        pytest.param({"desc": "d", "unit": "rows", "unit_scale": True}, id="labels"),
+    ],
+)
+def test_iteration_matches_tqdm(iterable: Callable[[], Any], kw: dict[str, Any]) -> None:
+    ref, ours = real_tqdm.tqdm(iterable(), **_quiet(**kw)), cn.tqdm(iterable(), **_quiet(**kw))
+    assert (ref.total, ref.n) == (ours.total, ours.n)
+    assert list(ours) == list(ref) == list(iterable())
+    assert (ref.total, ref.n) == (ours.total, ours.n)
+
+
+@pytest.mark.parametrize("disable", [False, True])
+def test_manual_updates_match_tqdm(disable: bool) -> None:
+    def run(cls: Any) -> list[tuple[Any, Any]]:
+        seen = []
+        with cls(total=50, initial=2, disable=disable, **_quiet()) as bar:
+            seen.append((bar.n, bar.total))
+            bar.update()
+            bar.update(7)
+            bar.update(0.5)
+            seen.append((bar.n, bar.total))
+            bar.reset(total=10)
+            seen.append((bar.n, bar.total))
+            bar.update(3)
+            seen.append((bar.n, bar.total))
+        seen.append((bar.n, bar.total))
+        return seen
+
+    assert run(cn.tqdm) == run(real_tqdm.tqdm)
+
+
+def test_trange_len_bool_and_labels_match_tqdm() -> None:
+    ref, ours = _both(lambda cls: cls(range(3, 30, 4), desc="x", **_quiet()))
+    assert (len(ref), bool(ref), ref.total) == (len(ours), bool(ours), ours.total)
+    r2, o2 = real_tqdm.trange(2, 9, **_quiet()), cn.trange(2, 9, **_quiet())
+    assert list(r2) == list(o2) and (r2.n, r2.total) == (o2.n, o2.total)
+    for bar in (ref, ours):
+        bar.set_description("step")
+        bar.set_postfix({"loss": 0.25}, acc="hi", epoch=3)
+    assert ref.desc == ours.desc == "step: "
+    assert ref.postfix == ours.postfix == "loss=0.25, acc=hi, epoch=3"
+    for bar in (ref, ours):
+        bar.set_description_str("raw")
+        bar.set_postfix_str("p=1")
+    assert (ref.desc, ref.postfix) == (ours.desc, ours.postfix) == ("raw", "p=1")
+    with pytest.raises(TypeError):
+        bool(cn.tqdm(**_quiet()))
+    with pytest.raises(TypeError, match="nested"):
+        cn.tqdm(range(3), nested=True)
+
+
+def test_text_bar_on_the_given_stream_and_nothing_when_disabled() -> None:
+    out = io.StringIO()
+    assert list(cn.track(range(4), desc="convert", unit="files", file=out)) == [0, 1, 2, 3]
+    text = out.getvalue()
+    assert "convert: 100%|" in text and "4/4" in text and "files/s" in text
+    assert text.endswith("\n")  # leave=True keeps the last line
+    out = io.StringIO()
+    assert sum(cn.tqdm(range(4), file=out, disable=True)) == 6
+    assert out.getvalue() == ""
+    # disable=None: on by a terminal only, like tqdm (a StringIO is not one)
+    out = io.StringIO()
+    assert sum(cn.tqdm(range(4), file=out, disable=None)) == 6
+    assert out.getvalue() == ""
+
+
+def test_bad_options_are_named_and_change_nothing() -> None:
+    with pytest.raises(cn.ConfigurationError, match="on_stop"):
+        cn.track(range(3), on_stop="ignore")
+    with pytest.raises(cn.ConfigurationError, match="mininterval"):
+        cn.track(range(3), mininterval=-1)
+
+
+# ------------------------------------------------------------- on the record
+
+
+@pytest.fixture
+def ctl() -> Iterator[cn.Controller]:
+    c = cn.Controller(concurrency=cn.ConcurrencyPolicy(max_parallel=1))
+    yield c
+    c.close()
+
+
+def _until(ctl: cn.Controller, task_id: str, status: S, timeout: float = 10.0) -> None:
+    """Block until the task reaches ``status`` (an event, not a sleep)."""
+    reached = threading.Event()
+
+    def on(ev: Any) -> None:
+        if getattr(ev, "task_id", None) == task_id and ctl.get(task_id).status is status:
+            reached.set()
+
+    unsubscribe = ctl.watch(on)
+    try:
+        if ctl.get(task_id).status is not status:
+            assert reached.wait(timeout), f"{task_id} never became {status}"
+    finally:
+        unsubscribe()
+
+
+def test_a_loop_is_a_task_that_takes_no_slot(ctl: cn.Controller) -> None:
+    gate = threading.Event()
+    busy = ctl.submit(lambda ctx: gate.wait(10))
+    queued = ctl.submit(lambda ctx: None)
+    bar = cn.track(range(3), desc="convert", unit="files", controller=ctl)
+    assert bar.task_id is not None
+    snap = ctl.get(bar.task_id)
+    # every slot is busy, yet the loop runs (in this thread); the queue is untouched
+    assert (snap.status, snap.executor, snap.name) == (S.RUNNING, "loop", "convert")
+    assert ctl.get(queued.id).status is S.QUEUED
+    assert list(bar) == [0, 1, 2]
+    snap = ctl.get(bar.task_id)
+    assert snap.status is S.SUCCEEDED
+    assert snap.progress is not None and (snap.progress.done, snap.progress.total) == (3, 3)
+    assert snap.progress.unit == "files"
+    gate.set()
+    ctl.wait(queued.id, timeout=10)
+    assert ctl.get(busy.id).status is S.SUCCEEDED
+    attempts = ctl.attempts_df()
+    row = attempts[attempts.task_id == bar.task_id].iloc[0]
+    assert (row.executor, str(row.outcome)) == ("loop", "succeeded")
+
+
+def test_pause_freezes_resume_continues_stop_raises_one_line(ctl: cn.Controller) -> None:
+    seen: list[int] = []
+    frozen: list[float] = []
+    bar = cn.track(range(10_000), desc="convert", controller=ctl)
+    assert bar.task_id is not None
+    tid = bar.task_id
+    item_50, item_80, go_on = threading.Event(), threading.Event(), threading.Event()
+
+    def control() -> None:  # another thread, as the comm's or the dispatcher's
+        item_50.wait(10)
+        ctl.pause(tid)
+        go_on.set()  # the loop may go on to the boundary now
+        _until(ctl, tid, S.PAUSED)
+        frozen.append(bar.n)
+        ctl.pause(tid)  # idempotent
+        frozen.append(bar.n)
+        ctl.resume(tid)
+        item_80.wait(10)
+        ctl.stop(tid)
+        go_on.set()
+
+    helper = threading.Thread(target=control)
+    helper.start()
+    with pytest.raises(cn.Stopped) as info:
+        for i in bar:
+            seen.append(i)
+            if i in (50, 80):
+                go_on.clear()
+                (item_50 if i == 50 else item_80).set()
+                go_on.wait(10)
+    helper.join(10)
+    # paused before item 51, the count frozen there; resumed from item 51; stopped
+    # before item 81: no item lost, none twice, none after the stop
+    assert frozen == [51, 51]
+    assert seen == list(range(81))
+    stopped = info.value
+    assert stopped.done == 81 == bar.n
+    lines = stopped._render_traceback_()
+    assert lines == ["convert: stopped by you at 81 / 10,000 (1%) after " + lines[0][-4:]]
+    snap = ctl.get(tid)
+    assert snap.status is S.STOPPED and snap.progress is not None
+    assert snap.progress.done == 81
+    statuses = [t.to_status for t in ctl.history(tid)]
+    assert statuses[-5:] == [S.PAUSING, S.PAUSED, S.RUNNING, S.STOPPING, S.STOPPED]
+
+
+def test_on_stop_break_ends_the_loop_quietly(ctl: cn.Controller) -> None:
+    bar = cn.track(range(1000), controller=ctl, on_stop="break")
+    assert bar.task_id is not None
+    seen = []
+    for i in bar:
+        seen.append(i)
+        if i == 10:
+            ctl.stop(bar.task_id)
+    assert seen == list(range(11))  # the stop lands before item 11
+    assert bar.stopped and ctl.get(bar.task_id).status is S.STOPPED
+
+
+def test_stop_lands_at_update_in_manual_mode(ctl: cn.Controller) -> None:
+    with pytest.raises(cn.Stopped), cn.tqdm(total=10, controller=ctl) as bar:
+        assert bar.task_id is not None
+        bar.update(3)
+        ctl.stop(bar.task_id)
+        bar.update(1)  # a boundary: the stop is delivered here
+        pytest.fail("update() after a stop must raise")
+    assert ctl.get(bar.task_id).status is S.STOPPED
+    assert ctl.get(bar.task_id).progress.done == 4  # type: ignore[union-attr]
+
+
+def test_retry_and_reset_are_refused_and_change_nothing(ctl: cn.Controller) -> None:
+    bar = cn.track(range(5), controller=ctl, on_stop="break")
+    assert bar.task_id is not None
+    for i in bar:
+        if i == 1:
+            ctl.stop(bar.task_id)
+    before = ctl.get(bar.task_id)
+    for verb in ("retry", "reset"):
+        ok, why = ctl.can(bar.task_id, verb, force=True)
+        assert not ok and why is not None and "runs again only when its cell runs" in why
+    assert ctl.apply(bar.task_id, "retry")[0] is False
+    with pytest.raises(cn.InvalidTransition, match="cell runs again"):
+        ctl.retry(bar.task_id, force=True)
+    assert ctl.get(bar.task_id).status_version == before.status_version
+
+
+def test_an_error_in_the_body_fails_the_task_with_its_traceback(ctl: cn.Controller) -> None:
+    with pytest.raises(ZeroDivisionError), cn.track(range(5), controller=ctl) as bar:
+        for i in bar:
+            if i == 2:
+                1 / 0  # noqa: B018
+    assert bar.task_id is not None
+    snap = ctl.get(bar.task_id)
+    assert snap.status is S.FAILED and snap.failure is not None
+    assert "ZeroDivisionError" in (snap.failure.traceback or "")
+
+
+def test_leaving_the_loop_early_succeeds_with_tqdms_count(ctl: cn.Controller) -> None:
+    bars = [real_tqdm.tqdm(range(100), **_quiet()), cn.track(range(100), controller=ctl)]
+    for bar in bars:
+        for i in bar:
+            if i == 4:
+                break
+    ref, ours = bars
+    assert ours.task_id is not None
+    snap = ctl.get(ours.task_id)
+    assert snap.status is S.SUCCEEDED and ref.n == ours.n == 4
+    assert snap.progress is not None and snap.progress.done == 4
+
+
+def test_nested_loops_stopping_the_outer_stops_the_inner(ctl: cn.Controller) -> None:
+    outer = cn.track(range(5), desc="outer", controller=ctl)
+    assert outer.task_id is not None
+    inners: list[cn.tqdm[int]] = []
+    with pytest.raises(cn.Stopped) as info:
+        for i in outer:
+            inner = cn.track(range(1000), desc=f"inner-{i}", controller=ctl, leave=False)
+            inners.append(inner)
+            for j in inner:
+                if i == 1 and j == 20:
+                    ctl.stop(outer.task_id)
+    assert info.value.name == "outer" and info.value.done == 1
+    assert ctl.get(outer.task_id).status is S.STOPPED
+    assert [ctl.get(b.task_id).status for b in inners] == [S.SUCCEEDED, S.STOPPED]  # type: ignore[arg-type]
+    assert inners[1].n == 21
+    why = ctl.get(inners[1].task_id).failure  # type: ignore[arg-type]
+    assert why is not None and "outer loop 'outer'" in why.message
+
+
+@pytest.mark.skipif(
+    threading.current_thread() is not threading.main_thread(), reason="signals: main thread"
+)
+def test_first_interrupt_stops_at_a_boundary_second_raises(ctl: cn.Controller) -> None:
+    before = signal.getsignal(signal.SIGINT)
+    seen = []
+    with pytest.raises(cn.Stopped) as info:
+        for i in cn.track(range(1000), desc="kind", controller=ctl):
+            seen.append(i)
+            if i == 7:
+                os.kill(os.getpid(), signal.SIGINT)  # delivered here, in this thread
+                seen.append(-1)  # ... and the item goes on to its end
+    assert seen == [*range(8), -1]
+    assert "stopped by interrupt at 8 / 1,000" in str(info.value)
+    assert signal.getsignal(signal.SIGINT) is before
+    seen.clear()
+    with pytest.raises(KeyboardInterrupt):
+        for i in cn.track(range(1000), controller=ctl):
+            seen.append(i)
+            if i == 3:
+                os.kill(os.getpid(), signal.SIGINT)
+                os.kill(os.getpid(), signal.SIGINT)  # a second one: at once, as today
+                seen.append(-1)
+    assert seen == [0, 1, 2, 3]
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_a_loop_off_the_main_thread_touches_no_signal(ctl: cn.Controller) -> None:
+    handlers: list[Any] = []
+    done = threading.Event()
+
+    def body() -> None:
+        for _ in cn.track(range(3), controller=ctl):
+            handlers.append(signal.getsignal(signal.SIGINT))
+        done.set()
+
+    before = signal.getsignal(signal.SIGINT)
+    t = threading.Thread(target=body)
+    t.start()
+    t.join(10)
+    assert done.is_set() and handlers == [before] * 3
