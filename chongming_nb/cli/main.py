@@ -13,6 +13,11 @@ Exit codes (also in docs/cli.md):
 3  the verb is not allowed in the task's current status, or the owner rejected it
 4  the store cannot be opened or read (missing, corrupt, newer schema, unreachable)
 5  the command was queued but no owner applied it within --wait seconds
+6  verify: a task's history does not rebuild its snapshot
+
+Read-only commands (ps, status, logs, events, attempts, export, verify) open the store
+read-only and never create a file or a directory; control verbs write to an existing
+store only. Passwords in the store location are masked in everything printed.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from chongming_nb.core.models import Command, CommandState, TaskSnapshot
 from chongming_nb.core.state_machine import StateMachine
 from chongming_nb.core.states import TERMINAL, TaskStatus
 from chongming_nb.stores import TaskQuery, TaskStore, default_store_path, open_store
+from chongming_nb.stores._target import parse_target, redact
 
 __all__ = [
     "EXIT_ILLEGAL",
@@ -42,6 +48,7 @@ __all__ = [
     "EXIT_STORE",
     "EXIT_TIMEOUT",
     "EXIT_USAGE",
+    "EXIT_VERIFY",
     "main",
 ]
 
@@ -51,8 +58,14 @@ EXIT_USAGE = 2
 EXIT_ILLEGAL = 3
 EXIT_STORE = 4
 EXIT_TIMEOUT = 5
+EXIT_VERIFY = 6
+
+#: The largest row count a store can bind (SQLite and PostgreSQL: a signed 64-bit int).
+MAX_COUNT = 2**63 - 1
 
 CONTROL_VERBS = ("stop", "pause", "resume", "retry", "skip")
+#: Commands that only read: the store is opened read-only for them.
+READ_ONLY = frozenset({"ps", "status", "logs", "events", "attempts", "export", "verify"})
 
 
 class _WallClock:
@@ -124,7 +137,7 @@ def _progress(s: TaskSnapshot) -> str:
     return f"{p.done:g}/{total}{unit}{pct}"
 
 
-def _table(rows: Sequence[Sequence[str]], header: Sequence[str], out: TextIO) -> None:
+def _table(rows: Sequence[Sequence[str]], header: Sequence[str], out: _Masked) -> None:
     cells = [[clean(c) for c in header]] + [[clean(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
     for r in cells:
@@ -137,18 +150,23 @@ def _table(rows: Sequence[Sequence[str]], header: Sequence[str], out: TextIO) ->
 class Cli:
     def __init__(self, args: argparse.Namespace, out: TextIO, err: TextIO) -> None:
         self.args = args
-        self.out = out
-        self.err = err
+        self.out = _Masked(out, secrets_of(args.store))
+        self.err = _Masked(err, secrets_of(args.store))
         self._store: TaskStore | None = None
 
     @property
     def store(self) -> TaskStore:
         if self._store is None:
             target = self.args.store or default_store_path()
+            readonly = self.args.command in READ_ONLY
             try:
-                self._store = open_store(target)
+                self._store = open_store(target, readonly=readonly, create=False)
             except StoreError as exc:
-                raise CliError(EXIT_STORE, f"cannot open store {target}: {exc}") from exc
+                # the store's message names the path or URL (password masked)
+                text = str(exc)
+                if text.startswith("no store at "):
+                    raise CliError(EXIT_STORE, text) from exc
+                raise CliError(EXIT_STORE, f"cannot open store: {text}") from exc
         return self._store
 
     def close(self) -> None:
@@ -156,8 +174,7 @@ class Cli:
             self._store.close()
 
     def emit_json(self, value: Any) -> None:
-        json.dump(to_jsonable(value), self.out, indent=2, ensure_ascii=False)
-        self.out.write("\n")
+        self.out.write(json.dumps(to_jsonable(value), indent=2, ensure_ascii=False) + "\n")
 
     def task(self, task_id: str) -> TaskSnapshot:
         snap = self.store.get(task_id)
@@ -344,6 +361,44 @@ class Cli:
             self.out.write(f"wrote {len(df)} {a.what} rows to {clean(out_path)} ({a.format})\n")
         return EXIT_OK
 
+    def cmd_verify(self) -> int:
+        """Replay each task's transitions and compare them with its snapshot: a gap (a
+        transition the store never received, a snapshot ahead of or behind its
+        history) is reported, and the exit code is 6 when there is one."""
+        from chongming_nb.control.persistence import verify
+
+        store = self.store
+        ids = list(self.args.task_ids) or [
+            s.task_id for s in store.query(TaskQuery(order="oldest"))
+        ]
+        results: list[dict[str, Any]] = []
+        for tid in ids:
+            snap = store.get(tid)
+            hist = store.history(tid)
+            if snap is None:
+                if not hist:
+                    raise CliError(EXIT_USAGE, f"no task with id {clean(tid)!r} in {store.url}")
+                results.append(
+                    {"task_id": tid, "name": None, "ok": True,
+                     "detail": f"snapshot pruned; {len(hist)} transitions kept"}
+                )  # fmt: skip
+                continue
+            ok, detail = verify(hist, snap)
+            results.append({"task_id": tid, "name": snap.name, "ok": ok, "detail": detail})
+        bad = [r for r in results if not r["ok"]]
+        if self.args.json:
+            self.emit_json({"tasks": results, "ok": not bad})
+        else:
+            for r in results:
+                mark = "ok " if r["ok"] else "GAP"
+                name = f" {clean(r['name'])}" if r["name"] else ""
+                self.out.write(f"{mark} {clean(r['task_id'])}{name}: {clean(r['detail'])}\n")
+            self.out.write(
+                f"{len(results)} tasks checked: {len(results) - len(bad)} ok, "
+                f"{len(bad)} with gaps\n"
+            )
+        return EXIT_VERIFY if bad else EXIT_OK
+
     # ------------------------------------------------------------- control
     def cmd_control(self) -> int:
         a = self.args
@@ -378,7 +433,7 @@ class Cli:
         self.store.submit_command(command)
         if a.no_wait:
             return self._report(command, "queued", EXIT_OK)
-        deadline = time.monotonic() + max(0.0, a.wait)
+        deadline = time.monotonic() + a.wait
         delay = 0.02
         while True:
             got = self.store.get_command(command.command_id)
@@ -386,6 +441,11 @@ class Cli:
                 code = EXIT_OK if got.state is CommandState.DONE else EXIT_ILLEGAL
                 return self._report(got, got.state.value, code)
             if time.monotonic() >= deadline:
+                # the owner may have completed it while we slept: read once more
+                got = self.store.get_command(command.command_id)
+                if got is not None and got.state in (CommandState.DONE, CommandState.REJECTED):
+                    code = EXIT_OK if got.state is CommandState.DONE else EXIT_ILLEGAL
+                    return self._report(got, got.state.value, code)
                 owner = snap.lease_owner or "no owner recorded"
                 return self._report(
                     got or command,
@@ -427,6 +487,38 @@ class Cli:
             if note:
                 stream.write(f"{note}\n")
         return code
+
+
+def secrets_of(location: str | None) -> tuple[str, ...]:
+    """The literal passwords in a store location (``--store``, ``$CHONGMING_STORE``)."""
+    texts = [location or "", os.environ.get("CHONGMING_STORE", "")]
+    found: list[str] = []
+    for text in texts:
+        if text.strip():
+            try:
+                found += parse_target(text).secrets
+            except ValueError:
+                continue
+    return tuple(found)
+
+
+def _one_line(message: str, secrets: tuple[str, ...]) -> str:
+    """An error as one line on stderr (a driver's multi-line message joined), masked."""
+    return redact(" ".join(message.split()), secrets) + "\n"
+
+
+class _Masked:
+    """A text stream whose writes have passwords masked (``redact``)."""
+
+    def __init__(self, stream: TextIO, secrets: tuple[str, ...]) -> None:
+        self._stream = stream
+        self._secrets = secrets
+
+    def write(self, text: str) -> int:
+        return self._stream.write(redact(text, self._secrets))
+
+    def flush(self) -> None:
+        self._stream.flush()
 
 
 def _user() -> str:
@@ -503,7 +595,48 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> Any:  # exit 2 with our wording, never SystemExit
-        raise CliError(EXIT_USAGE, f"{self.prog}: {message}")
+        # main() prefixes "chongming: "; a subcommand's parser names the subcommand
+        where = self.prog.removeprefix("chongming").strip()
+        raise CliError(EXIT_USAGE, f"{where}: {message}" if where else message)
+
+
+def _count(text: str) -> int:
+    """``--limit``: an integer from 0 to MAX_COUNT."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not 0 <= value <= MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be between 0 and {MAX_COUNT}, got {text}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    """``--wait`` / ``--timeout``: a finite number of seconds >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+def _store_location(text: str) -> str:
+    """``--store``: a non-empty location that names a store (checked, not opened)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must be a path or URL, got an empty string")
+    try:
+        parse_target(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _add_json(p: argparse.ArgumentParser, default: Any) -> None:
+    p.add_argument(
+        "--json", action="store_true", default=default, help="machine-readable JSON output"
+    )
 
 
 def _args_ps(ps: argparse.ArgumentParser) -> None:
@@ -512,7 +645,7 @@ def _args_ps(ps: argparse.ArgumentParser) -> None:
     ps.add_argument("--tag")
     ps.add_argument("--name", help="name prefix")
     ps.add_argument("--run", help="pipeline run id")
-    ps.add_argument("--limit", type=int, default=50, help="at most N rows (0: all)")
+    ps.add_argument("--limit", type=_count, default=50, help="at most N rows (0: all)")
 
 
 def _args_task(p: argparse.ArgumentParser) -> None:
@@ -522,15 +655,15 @@ def _args_task(p: argparse.ArgumentParser) -> None:
 def _args_control(verb: str) -> Callable[[argparse.ArgumentParser], None]:
     def add(c: argparse.ArgumentParser) -> None:
         c.add_argument("task_id")
-        c.add_argument("--wait", type=float, default=5.0, help="seconds to wait (default 5)")
+        c.add_argument("--wait", type=_seconds, default=5.0, help="seconds to wait (default 5)")
         c.add_argument("--no-wait", action="store_true", help="queue the command and return")
         if verb == "stop":
             c.add_argument(
                 "--no-graceful", action="store_true", help="do not wait for a checkpoint"
             )
-            c.add_argument("--timeout", type=float, help="grace window in seconds")
+            c.add_argument("--timeout", type=_seconds, help="grace window in seconds")
         elif verb == "pause":
-            c.add_argument("--timeout", type=float, help="seconds to reach a checkpoint")
+            c.add_argument("--timeout", type=_seconds, help="seconds to reach a checkpoint")
         elif verb == "retry":
             c.add_argument("--force", action="store_true", help="grant one more attempt")
         elif verb == "skip":
@@ -541,14 +674,14 @@ def _args_control(verb: str) -> Callable[[argparse.ArgumentParser], None]:
 
 def _args_logs(lg: argparse.ArgumentParser) -> None:
     lg.add_argument("task_id")
-    lg.add_argument("--limit", type=int, default=0, help="only the last N lines")
+    lg.add_argument("--limit", type=_count, default=0, help="only the last N lines")
     lg.add_argument("--since", help="only lines after this ISO-8601 time")
 
 
 def _args_events(ev: argparse.ArgumentParser) -> None:
     ev.add_argument("task_id")
     ev.add_argument("--type", action="append", help="only this event type (repeatable)")
-    ev.add_argument("--limit", type=int, default=0, help="only the last N events")
+    ev.add_argument("--limit", type=_count, default=0, help="only the last N events")
 
 
 def _args_export(ex: argparse.ArgumentParser) -> None:
@@ -557,6 +690,10 @@ def _args_export(ex: argparse.ArgumentParser) -> None:
     ex.add_argument(
         "--what", choices=("tasks", "attempts", "transitions"), default="tasks", help="table"
     )
+
+
+def _args_verify(v: argparse.ArgumentParser) -> None:
+    v.add_argument("task_ids", nargs="*", metavar="ID", help="only these tasks (default: all)")
 
 
 #: Subcommand -> (help line, what adds its arguments), in the order ``--help`` lists them.
@@ -572,6 +709,7 @@ _SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] =
     "events": ("transitions and events of a task", _args_events),
     "attempts": ("the attempts of a task", _args_task),
     "export": ("write tasks, attempts or transitions to a file", _args_export),
+    "verify": ("check that each task's history rebuilds its snapshot", _args_verify),
 }
 
 
@@ -583,18 +721,23 @@ def build_parser(only: Collection[str] | None = None) -> argparse.ArgumentParser
         prog="chongming",
         description="Inspect and control chongming_nb tasks through the shared store.",
         epilog="Exit codes: 0 ok, 1 internal error, 2 usage / unknown id, 3 verb not "
-        "allowed or rejected, 4 store error, 5 not applied within --wait.",
+        "allowed or rejected, 4 store error, 5 not applied within --wait, 6 verify "
+        "found a task whose history does not rebuild it.",
     )
     p.add_argument(
         "--store",
+        type=_store_location,
         help="store URL or path (default: $CHONGMING_STORE, else "
         "<jupyter data dir>/chongming/tasks.db)",
     )
-    p.add_argument("--json", action="store_true", help="machine-readable JSON output")
+    _add_json(p, False)
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name, (text, add_arguments) in _SUBCOMMANDS.items():
         if only is None or name in only:
-            add_arguments(sub.add_parser(name, help=text))
+            child = sub.add_parser(name, help=text)
+            add_arguments(child)
+            # also after the subcommand; unset there, it leaves the global value alone
+            _add_json(child, argparse.SUPPRESS)
     return p
 
 
@@ -622,6 +765,7 @@ _HANDLERS: dict[str, Callable[[Cli], int]] = {
     "events": Cli.cmd_events,
     "attempts": Cli.cmd_attempts,
     "export": Cli.cmd_export,
+    "verify": Cli.cmd_verify,
     **dict.fromkeys(CONTROL_VERBS, Cli.cmd_control),
 }
 
@@ -633,23 +777,28 @@ def main(
     out = out or sys.stdout
     err = err or sys.stderr
     cli: Cli | None = None
+    words = list(sys.argv[1:] if argv is None else argv)
+    # every password the command line or the environment names is masked in output
+    secrets = tuple(
+        v for w in (*words, os.environ.get("CHONGMING_STORE", "")) for v in secrets_of(w)
+    )
     try:
         try:
-            args = parse_args(list(sys.argv[1:] if argv is None else argv))
+            args = parse_args(words)
         except SystemExit as exc:  # --help / --version
             return int(exc.code or 0) if isinstance(exc.code, int) else EXIT_OK
         cli = Cli(args, out, err)
         return _HANDLERS[args.command](cli)
     except CliError as exc:
-        err.write(f"chongming: {exc}\n")
+        err.write(_one_line(f"chongming: {exc}", secrets))
         return exc.code
     except StoreError as exc:
-        err.write(f"chongming: store error: {exc}\n")
+        err.write(_one_line(f"chongming: store error: {exc}", secrets))
         return EXIT_STORE
     except BrokenPipeError:  # pragma: no cover - `chongming ps | head`
         return EXIT_OK
     except Exception as exc:
-        err.write(f"chongming: internal error: {type(exc).__name__}: {exc}\n")
+        err.write(_one_line(f"chongming: internal error: {type(exc).__name__}: {exc}", secrets))
         return EXIT_INTERNAL
     finally:
         if cli is not None:

@@ -4,8 +4,9 @@
 
 * ``"memory:"`` -> ``InMemoryStore``
 * ``"sqlite:///abs/path.db"``, ``"sqlite:relative.db"`` or a plain path -> ``SqliteStore``
-* ``"postgresql://..."`` / ``"postgres://..."`` -> ``PostgresStore`` (a ``schema=NAME``
-  query parameter selects the PostgreSQL schema; default ``chongming``)
+* ``"postgresql://..."`` / ``"postgres://..."`` or a libpq keyword string
+  (``"host=db dbname=tasks password=..."``) -> ``PostgresStore`` (a ``schema=NAME``
+  URL query parameter selects the PostgreSQL schema; default ``chongming``)
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from chongming_nb.core.errors import StoreError
+from chongming_nb.stores._target import parse_target
 from chongming_nb.stores.protocol import (
     SCHEMA_VERSION,
     EventRecord,
@@ -75,40 +77,29 @@ def default_store_path() -> str:
     return os.path.join(jupyter_data_dir(), "chongming", "tasks.db")
 
 
-def open_store(target: str | os.PathLike[str] | None = None) -> TaskStore:
+def open_store(
+    target: str | os.PathLike[str] | None = None, *, readonly: bool = False, create: bool = True
+) -> TaskStore:
     """Open the store at ``target`` (see the module docstring); None means the default
-    (``$CHONGMING_STORE`` or the Jupyter data dir)."""
+    (``$CHONGMING_STORE`` or the Jupyter data dir).
+
+    ``readonly=True`` opens it for reading only and creates nothing (a missing SQLite
+    file or PostgreSQL schema is ``StoreError("no store at ...")``); ``create=False``
+    opens an existing store for writing without creating one. Error messages never
+    carry a password (see ``chongming_nb.stores._target.redact``)."""
     raw = default_store_path() if target is None else os.fspath(target)
     if not isinstance(raw, str) or not raw.strip():
         raise StoreError(f"store location must be a non-empty path or URL, got {target!r}")
-    text = raw.strip()
-    lower = text.lower()
-    if lower in ("memory:", "memory://", ":memory:"):
+    try:
+        where = parse_target(raw)
+    except ValueError as exc:
+        raise StoreError(str(exc)) from None
+    if where.kind == "memory":
         from chongming_nb.stores.memory import InMemoryStore
 
         return InMemoryStore()
-    if lower.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+    if where.kind == "postgres":
         from chongming_nb.stores.postgres import PostgresStore
 
-        return PostgresStore(text)
-    if lower.startswith("sqlite:"):
-        rest = text[len("sqlite:") :]
-        if rest.startswith("///"):
-            # sqlite:///abs/path (and SQLAlchemy's sqlite:////abs/path) -> /abs/path
-            path = "/" + rest.lstrip("/")
-        elif rest.startswith("//"):
-            raise StoreError(
-                f"store URL {text!r}: use sqlite:///absolute/path or sqlite:relative/path"
-            )
-        else:
-            path = rest
-        if not path:
-            raise StoreError(f"store URL {text!r} names no file")
-        return SqliteStore(path)
-    if "://" in text:
-        scheme = text.split("://", 1)[0]
-        raise StoreError(
-            f"unknown store scheme {scheme!r} in {text!r}; "
-            "use memory:, sqlite:///path, a path, or postgresql://..."
-        )
-    return SqliteStore(text)
+        return PostgresStore(where.location, readonly=readonly)
+    return SqliteStore(where.location, readonly=readonly, create=create and not readonly)

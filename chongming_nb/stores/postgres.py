@@ -43,6 +43,7 @@ from chongming_nb.core.states import TERMINAL, TaskStatus
 from chongming_nb.stores import _codec as codec
 from chongming_nb.stores import _sql
 from chongming_nb.stores._sql import POSTGRES, task_order, task_where
+from chongming_nb.stores._target import is_keyword_string, parse_target, redact
 from chongming_nb.stores.protocol import (
     SCHEMA_VERSION,
     EventRecord,
@@ -231,13 +232,10 @@ class _Missed(Exception):
     """An update of a group commit matched no row (rolls its savepoint back)."""
 
 
-def redact(url: str) -> str:
-    """``url`` without its password."""
-    return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", url)
-
-
 def _split_url(url: str, schema: str | None) -> tuple[str, str]:
-    """Separate our ``schema=`` query parameter from the libpq URL."""
+    """Separate our ``schema=`` parameter from the libpq URL (or keyword string)."""
+    if is_keyword_string(url):
+        return url, schema or "chongming"
     parts = urlsplit(url)
     params = parse_qsl(parts.query, keep_blank_values=True)
     found = [v for k, v in params if k == "schema"]
@@ -256,10 +254,18 @@ class PostgresStore(TouchViaTouchMany, WritesViaRecordBatch):
     """A ``TaskStore`` in a PostgreSQL schema."""
 
     def __init__(
-        self, url: str, *, schema: str | None = None, connect_timeout: float = 10.0
+        self,
+        url: str,
+        *,
+        schema: str | None = None,
+        connect_timeout: float = 10.0,
+        readonly: bool = False,
     ) -> None:
+        target = parse_target(url)
+        self._secrets = target.secrets
+        self._display = target.display
+        self._readonly = readonly
         self._conninfo, self._schema_name = _split_url(url, schema)
-        self._display = redact(url)
         if not _IDENT.match(self._schema_name):
             raise StoreError(
                 f"postgres store {self._display}: schema name {self._schema_name!r} must "
@@ -280,8 +286,12 @@ class PostgresStore(TouchViaTouchMany, WritesViaRecordBatch):
     # ----------------------------------------------------------- opening
     def _fail(self, what: str, exc: BaseException | None = None) -> StoreError:
         detail = f": {exc}".rstrip() if exc is not None else ""
+        # a driver's message may quote the connection string: masked as a whole
         return StoreError(
-            f"postgres store {self._display} (schema {self._schema_name}): {what}{detail}"
+            redact(
+                f"postgres store {self._display} (schema {self._schema_name}): {what}{detail}",
+                self._secrets,
+            )
         )
 
     def _connect(self) -> psycopg.Connection[Any]:
@@ -296,6 +306,8 @@ class PostgresStore(TouchViaTouchMany, WritesViaRecordBatch):
         try:
             conn.execute("SET TIME ZONE 'UTC'")
             conn.execute(f'SET search_path TO "{self._schema_name}"')
+            if self._readonly:
+                conn.execute("SET default_transaction_read_only = on")
         except psycopg.Error as exc:
             conn.close()
             raise self._fail("cannot configure the session", exc) from exc
@@ -304,6 +316,9 @@ class PostgresStore(TouchViaTouchMany, WritesViaRecordBatch):
     def _migrate(self) -> None:
         conn = self._conn
         name = self._schema_name
+        if self._readonly:
+            self._check_schema()
+            return
         try:
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"chongming:{name}",))
@@ -339,6 +354,36 @@ class PostgresStore(TouchViaTouchMany, WritesViaRecordBatch):
                     version = target
         except psycopg.Error as exc:
             raise self._fail("cannot read or migrate the schema", exc) from exc
+        self._schema = version
+
+    def _check_schema(self) -> None:
+        """Read-only: the schema must hold this release's tables (nothing is created)."""
+        try:
+            tables = {
+                r[0]
+                for r in self._conn.execute(
+                    "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+                    (self._schema_name,),
+                )
+            }
+            if "chongming_schema" not in tables:
+                raise StoreError(
+                    f"no store at {self._display} (schema {self._schema_name} holds no "
+                    "chongming tables)"
+                )
+            row = self._conn.execute("SELECT MAX(version) FROM chongming_schema").fetchone()
+        except psycopg.Error as exc:
+            raise self._fail("cannot read the schema", exc) from exc
+        version = int(row[0]) if row and row[0] is not None else 0
+        if version != SCHEMA_VERSION:
+            raise self._fail(
+                f"has schema version {version}, this release reads {SCHEMA_VERSION}; "
+                + (
+                    "upgrade chongming_nb"
+                    if version > SCHEMA_VERSION
+                    else "open it once for writing (a controller) to upgrade"
+                )
+            )
         self._schema = version
 
     # ---------------------------------------------------------- plumbing

@@ -9,7 +9,12 @@
   write lock up front and two processes never claim the same command;
 * a ``chongming_schema`` table records the schema version; older files are migrated
   in place, a newer one is refused;
-* a new file is created with mode 0600 (the -wal and -shm files inherit it).
+* a new file is created with mode 0600 (the -wal and -shm files inherit it), new
+  directories with 0700; a file found readable by others is tightened with a
+  ``StoreFileModeWarning`` (or refused when it cannot be);
+* ``readonly=True`` opens the file with SQLite's ``mode=ro`` and never creates
+  anything: a missing file is "no store at PATH"; ``create=False`` opens an existing
+  file for writing without creating one.
 
 Failures name the path: a file that is not a SQLite database (or is corrupt), a
 directory that cannot be created or written, a database written by a newer release,
@@ -22,12 +27,14 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from datetime import datetime, timedelta
 from itertools import chain
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from chongming_nb.core.errors import ConcurrencyConflict, StoreError
 from chongming_nb.core.models import (
@@ -55,9 +62,32 @@ from chongming_nb.stores.protocol import (
     WritesViaRecordBatch,
 )
 
-__all__ = ["MIGRATIONS", "SqliteStore"]
+__all__ = ["MIGRATIONS", "SqliteStore", "StoreFileModeWarning"]
 
 _HEADER = b"SQLite format 3\x00"
+#: The files SQLite keeps beside the database in WAL mode.
+_SIDE = ("-wal", "-shm")
+
+
+class StoreFileModeWarning(UserWarning):
+    """A store file was readable by other users and has been made private."""
+
+
+def _make_private_dirs(directory: Path) -> None:
+    """Create ``directory`` and any missing parents, each with mode 0700 (whatever the
+    umask: ``mkdir(parents=True, mode=...)`` applies the mode to the last one only)."""
+    missing: list[Path] = []
+    d = directory
+    while not d.exists():
+        missing.append(d)
+        d = d.parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            continue
+        os.chmod(d, 0o700)
+
 
 #: Files (device, inode) this process holds SqliteStore connections on, with a count.
 #: Closing *any* descriptor of a file drops every POSIX lock this process holds on it,
@@ -663,17 +693,33 @@ def _touch(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
 class SqliteStore(TouchViaTouchMany, WritesViaRecordBatch):
     """A ``TaskStore`` in one SQLite file. ``path`` may be ``~``-relative."""
 
-    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        timeout: float = 30.0,
+        readonly: bool = False,
+        create: bool = True,
+    ) -> None:
         self._path = Path(path).expanduser().absolute()
         self._timeout = timeout
+        self._readonly = readonly
         self._lock = threading.RLock()
         self._closed = False
         self._schema = 0
-        self._prepare_file()
+        if readonly or not create:
+            self._check_existing()
+        else:
+            self._prepare_file()
         self._pid = os.getpid()
         self._conn = self._connect()
         try:
-            self._migrate()
+            if readonly:
+                self._check_schema()
+            else:
+                self._migrate()
+            # only a file known to be ours (a foreign database is left as it was)
+            self._tighten(strict=not readonly)
         except BaseException:
             self._conn.close()
             raise
@@ -694,7 +740,7 @@ class SqliteStore(TouchViaTouchMany, WritesViaRecordBatch):
             raise self._fail("is a directory, not a database file")
         if not parent.exists():
             try:
-                parent.mkdir(parents=True, mode=0o700, exist_ok=True)
+                _make_private_dirs(parent)
             except OSError as exc:
                 raise self._fail(f"cannot create directory {parent}", exc) from exc
         if not parent.is_dir():
@@ -719,21 +765,89 @@ class SqliteStore(TouchViaTouchMany, WritesViaRecordBatch):
             return
         except OSError as exc:
             raise self._fail("cannot create the file", exc) from exc
-        os.close(fd)
+        try:
+            os.fchmod(fd, 0o600)  # exactly 0600, whatever the umask
+        finally:
+            os.close(fd)
+
+    def _check_existing(self) -> None:
+        """Opening without creating (read-only, or ``create=False``): the file must be
+        there and be a SQLite file; nothing is created, not even a directory."""
+        path = self._path
+        if path.is_dir():
+            raise self._fail("is a directory, not a database file")
+        if not path.exists():
+            raise StoreError(f"no store at {path}")
+        with _LIVE_LOCK:
+            if _LIVE.get(_file_key(path) or (-1, -1)):
+                return  # opened by SQLite in this process already: no raw open/close
+        try:
+            with path.open("rb") as fh:
+                header = fh.read(len(_HEADER))
+        except OSError as exc:
+            raise self._fail("cannot read the file", exc) from exc
+        if header != _HEADER:
+            if not header:
+                raise StoreError(f"no store at {path} (the file is empty)")
+            raise self._fail("is not a SQLite database (corrupt or foreign file); left as is")
+
+    def _tighten(self, *, strict: bool) -> None:
+        """The database, its -wal and its -shm are 0600: a file found looser (e.g.
+        created by hand, or by an older release under a lax umask) is tightened, with
+        a warning. One that cannot be tightened (another user's) is refused for
+        writing (``strict``) and only warned about for reading."""
+        for f in (self._path, *(self._path.with_name(self._path.name + s) for s in _SIDE)):
+            try:
+                mode = f.stat().st_mode & 0o777
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise self._fail(f"cannot inspect {f}", exc) from exc
+            if mode & 0o077 == 0:
+                continue
+            try:
+                os.chmod(f, mode & 0o700)
+            except OSError as exc:
+                problem = (
+                    f"{f} has mode {mode:04o} (readable by other users) and cannot be "
+                    "made private; fix it with chmod 600"
+                )
+                if strict:
+                    raise self._fail(problem, exc) from exc
+                warnings.warn(problem, StoreFileModeWarning, stacklevel=3)
+                continue
+            warnings.warn(
+                f"chongming store file {f} had mode {mode:04o}; tightened to "
+                f"{mode & 0o700:04o} (task data is private to its user)",
+                StoreFileModeWarning,
+                stacklevel=3,
+            )
 
     def _connect(self) -> sqlite3.Connection:
         try:
-            conn = sqlite3.connect(
-                str(self._path),
-                timeout=self._timeout,
-                isolation_level=None,
-                check_same_thread=False,
-                cached_statements=256,
-            )
+            if self._readonly:
+                conn = sqlite3.connect(
+                    f"file:{quote(str(self._path))}?mode=ro",
+                    uri=True,
+                    timeout=self._timeout,
+                    isolation_level=None,
+                    check_same_thread=False,
+                    cached_statements=256,
+                )
+            else:
+                conn = sqlite3.connect(
+                    str(self._path),
+                    timeout=self._timeout,
+                    isolation_level=None,
+                    check_same_thread=False,
+                    cached_statements=256,
+                )
         except sqlite3.Error as exc:
             raise self._fail("cannot open", exc) from exc
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
+            if self._readonly:
+                return conn  # the journal mode is the writer's business
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
             if mode is None or str(mode[0]).lower() != "wal":
                 raise self._fail(f"could not switch to WAL (journal_mode={mode})")
@@ -745,6 +859,40 @@ class SqliteStore(TouchViaTouchMany, WritesViaRecordBatch):
             conn.close()
             raise
         return conn
+
+    def _check_schema(self) -> None:
+        """Read-only: the file must hold this release's schema (nothing is migrated)."""
+        try:
+            tables = {
+                r[0]
+                for r in self._conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' "
+                    "AND name NOT LIKE 'sqlite_%'"
+                )
+            }
+            if "chongming_schema" not in tables:
+                if tables:
+                    raise self._fail(
+                        "is a SQLite database of something else (tables: "
+                        + ", ".join(sorted(tables))
+                        + ")"
+                    )
+                raise StoreError(f"no store at {self._path} (the database has no tables)")
+            row = self._conn.execute("SELECT MAX(version) FROM chongming_schema").fetchone()
+        except sqlite3.Error as exc:
+            raise self._fail("cannot read the schema (corrupt?)", exc) from exc
+        version = int(row[0]) if row and row[0] is not None else 0
+        if version > SCHEMA_VERSION:
+            raise self._fail(
+                f"has schema version {version}, newer than this release supports "
+                f"({SCHEMA_VERSION}); upgrade chongming_nb"
+            )
+        if version < SCHEMA_VERSION:
+            raise self._fail(
+                f"has schema version {version}, older than this release's "
+                f"({SCHEMA_VERSION}); open it once for writing (a controller) to upgrade"
+            )
+        self._schema = version
 
     def _migrate(self) -> None:
         conn = self._conn

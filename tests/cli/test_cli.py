@@ -318,8 +318,9 @@ def test_store_errors_exit_4(tmp_path: Path) -> None:
     code, _, err = run("--store", str(bad), "ps")
     assert code == EXIT_STORE and str(bad) in err
     assert bad.read_bytes() == b"this is not sqlite at all" * 10
+    # a --store that names no store is a usage error (exit 2), found before opening
     code, _, err = run("--store", "ftp://x/y", "ps")
-    assert code == EXIT_STORE and "unknown store scheme" in err
+    assert code == EXIT_USAGE and "unknown store scheme" in err
 
 
 def test_usage_errors_exit_2() -> None:
@@ -341,10 +342,14 @@ def test_default_store_from_env(
 def test_default_store_in_jupyter_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CHONGMING_STORE", raising=False)
     monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jdata"))
-    code, _, err = run("ps")
-    assert code == EXIT_OK, err
     db_file = tmp_path / "jdata" / "chongming" / "tasks.db"
-    assert db_file.exists()
+    code, _, err = run("ps")
+    assert code == EXIT_STORE and err == f"chongming: no store at {db_file}\n"
+    assert not (tmp_path / "jdata").exists(), "a read-only command created the store"
+    SqliteStore(db_file).close()  # what the kernel's controller does on first use
+    code, out, err = run("ps")
+    assert code == EXIT_OK, err
+    assert out == "ID  NAME  STATUS  ATTEMPT  PROGRESS  CREATED  OWNER\n(no tasks)\n"
     assert (db_file.stat().st_mode & 0o777) == 0o600
 
 
