@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import traceback as tb
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +34,7 @@ from chongming_nb.runtime.executors.base import (
     Outcome,
     Reporter,
     StopVerdict,
+    failed_outcome,
 )
 
 if TYPE_CHECKING:
@@ -206,15 +206,7 @@ class LoopRecord:
         if self._ended:
             return
         self.reporter.progress(done, None, None, None)
-        self._finish(
-            Outcome(
-                "failed",
-                exception=exc,
-                traceback="".join(tb.format_exception(exc)),
-                message=f"{type(exc).__name__}: {exc}",
-                exception_type=f"{type(exc).__module__}.{type(exc).__qualname__}",
-            )
-        )
+        self._finish(failed_outcome(exc))
 
 
 def _launch_now(ctl: Controller, task_id: str) -> None:

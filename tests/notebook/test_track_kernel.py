@@ -1,0 +1,165 @@
+"""``cn.track`` in a real Jupyter kernel (nbclient), and outside Jupyter altogether.
+
+With a front end (``JPY_SESSION_NAME``, which jupyter_server gives a session's kernel):
+the loop is a task of the kernel's controller, a stop is one line instead of a
+traceback, an error in the body fails the task when its cell ends, the kind interrupt
+works. Without one (plain nbclient, ``python script.py``, terminal IPython): a text bar
+on stderr, or nothing, and exactly the plain loop's items.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+
+def _run(cells: list[str], tmp_path: Path) -> list[Any]:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in cells]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    NotebookClient(
+        nb,
+        timeout=180,
+        kernel_name="python3",
+        allow_errors=True,
+        resources={"metadata": {"path": str(tmp_path)}},
+    ).execute()
+    return [c.outputs for c in nb.cells]
+
+
+def _json(outputs: list[Any]) -> Any:
+    texts = [
+        o["text"] for o in outputs if o.get("output_type") == "stream" and o["name"] == "stdout"
+    ]
+    return json.loads(texts[-1])
+
+
+def _errors(outputs: list[Any]) -> list[Any]:
+    return [o for o in outputs if o.get("output_type") == "error"]
+
+
+def test_a_loop_in_a_notebook_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JPY_SESSION_NAME", str(tmp_path / "loops.ipynb"))
+    monkeypatch.setenv("CHONGMING_STORE", str(tmp_path / "tasks.db"))
+    out = _run(
+        [
+            "import json, os, signal\nimport chongming_nb as cn\nctl = cn.get_controller()",
+            # 1: a stop at item 100 -> one line, no traceback
+            "bar = cn.track(range(10_000), desc='convert')\n"
+            "for i in bar:\n"
+            "    if i == 100:\n"
+            "        ctl.stop(bar.task_id)",
+            # 2: the next cell runs; the record says stopped
+            "print(json.dumps({'status': str(ctl.get(bar.task_id).status),\n"
+            "                  'done': ctl.get(bar.task_id).progress.done,\n"
+            "                  'executor': ctl.get(bar.task_id).executor}))",
+            # 3: an error in the body
+            "for i in cn.track(range(10), desc='boom'):\n"
+            "    if i == 3:\n"
+            "        raise ValueError('bad row')",
+            # 4: ... fails the loop's task when its cell ends
+            "t = ctl.list_tasks(name_prefix='boom')[0]\n"
+            "print(json.dumps({'status': str(t.status), 'message': t.failure.message,\n"
+            "                  'done': t.progress.done}))",
+            # 5: the kind interrupt: once stops at the next boundary; the handler comes back
+            "before = signal.getsignal(signal.SIGINT)\n"
+            "seen = []\n"
+            "try:\n"
+            "    for i in cn.track(range(1000), desc='kind'):\n"
+            "        seen.append(i)\n"
+            "        if i == 5:\n"
+            "            os.kill(os.getpid(), signal.SIGINT)\n"
+            "except cn.Stopped as e:\n"
+            "    print(json.dumps({'seen': seen, 'msg': str(e),\n"
+            "                      'restored': signal.getsignal(signal.SIGINT) is before}))",
+            # 6: twice within the window: KeyboardInterrupt at once
+            "seen = []\n"
+            "for i in cn.track(range(1000), desc='twice'):\n"
+            "    seen.append(i)\n"
+            "    if i == 5:\n"
+            "        os.kill(os.getpid(), signal.SIGINT)\n"
+            "        os.kill(os.getpid(), signal.SIGINT)\n"
+            "        seen.append('after')",
+            "t = ctl.list_tasks(name_prefix='twice')[0]\n"
+            "print(json.dumps({'seen': seen, 'status': str(t.status),\n"
+            "                  'restored': signal.getsignal(signal.SIGINT) is before,\n"
+            "                  'attempts': int((ctl.attempts_df().executor == 'loop').sum())}))",
+        ],
+        tmp_path,
+    )
+    (stop,) = _errors(out[1])
+    assert stop["ename"] == "Stopped"
+    assert stop["traceback"] == [stop["traceback"][0]] and stop["traceback"][0].startswith(
+        "convert: stopped by you at 101 / 10,000 (1%) after "
+    )
+    shown = [o for o in out[1] if o.get("output_type") == "display_data"]
+    assert shown and "convert" in shown[0]["data"]["text/plain"]
+    assert "application/vnd.jupyter.widget-view+json" in shown[0]["data"]
+    assert _json(out[2]) == {"status": "stopped", "done": 101, "executor": "loop"}
+    (boom,) = _errors(out[3])
+    assert boom["ename"] == "ValueError" and len(boom["traceback"]) > 1  # a real traceback
+    assert _json(out[4]) == {"status": "failed", "message": "ValueError: bad row", "done": 3}
+    kind = _json(out[5])
+    assert kind["seen"] == list(range(6)) and kind["restored"] is True
+    assert kind["msg"].startswith("kind: stopped by interrupt at 6 / 1,000 (1%)")
+    (ki,) = _errors(out[6])
+    assert ki["ename"] == "KeyboardInterrupt"
+    twice = _json(out[7])
+    assert twice["seen"] == list(range(6)) and twice["restored"] is True
+    assert twice["status"] in ("failed", "stopped")
+    assert twice["attempts"] == 4
+
+
+def test_without_a_front_end_a_text_bar_and_no_task(tmp_path: Path) -> None:
+    out = _run(
+        [
+            "import os\nos.environ.pop('JPY_SESSION_NAME', None)\n"
+            "import chongming_nb as cn, chongming_nb.control.kernel as k\n"
+            "print(sum(cn.track(range(100), desc='plain')))\n"
+            "print(k._controller is None)",
+        ],
+        tmp_path,
+    )
+    stdout = "".join(o["text"] for o in out[0] if o.get("name") == "stdout")
+    stderr = "".join(o["text"] for o in out[0] if o.get("name") == "stderr")
+    assert stdout.split() == ["4950", "True"]
+    assert "plain: 100%|" in stderr and "100/100" in stderr
+    assert not [o for o in out[0] if o.get("output_type") == "display_data"]
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from chongming_nb import tqdm, trange
+    items = list(tqdm(range(50), desc="conv", unit="files"))
+    with tqdm(total=10, disable=None) as bar:
+        for _ in trange(10, disable=True):
+            bar.update()
+    print(items == list(range(50)), bar.n)
+    """
+)
+
+
+@pytest.mark.parametrize("runner", ["python", "ipython"])
+def test_outside_jupyter(tmp_path: Path, runner: str) -> None:
+    script = tmp_path / "convert.py"
+    script.write_text(SCRIPT)
+    cmd = [sys.executable, str(script)]
+    if runner == "ipython":
+        cmd = [sys.executable, "-m", "IPython", "--no-banner", "--quick", str(script)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    # a disabled bar counts nothing, as tqdm's (its update() returns at once)
+    assert done.stdout.strip().splitlines()[-1] == "True 0"
+    # the bar of the first loop on stderr; the disable=None bar (stderr is a pipe, not
+    # a terminal) and the disable=True one draw nothing
+    assert done.stderr.count("conv: 100%|") >= 1 and "50/50" in done.stderr
+    assert "10/10" not in done.stderr
