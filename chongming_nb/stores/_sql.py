@@ -4,7 +4,7 @@ group-commit collapse, and the rows they write."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,34 +19,74 @@ from chongming_nb.stores.protocol import EventRecord, LogRecord, SaveItem, TaskQ
 
 @dataclass(frozen=True, slots=True)
 class Dialect:
-    """How a backend spells placeholders, set membership, tags and prefixes."""
+    """How a backend spells what its SQL does not share. Shared SQL is written with
+    ``?`` placeholders; ``q`` turns it into the backend's own."""
 
     name: str
-    ph: str  # placeholder
+    #: appended to the claim's inner SELECT (PostgreSQL locks the rows it claims)
+    claim_lock: str
+    #: LIMIT without a limit, for ``OFFSET`` alone
+    no_limit: str
+    #: column types for ``_base.ddl``
+    types: Mapping[str, str]
+
+    def q(self, sql: str) -> str:
+        """``sql`` with the backend's placeholders (psycopg: ``%s``, and ``%%`` for %)."""
+        if self.name == "sqlite":
+            return sql
+        got = _PG_SQL.get(sql)
+        if got is None:
+            if len(_PG_SQL) > 1024:
+                _PG_SQL.clear()
+            got = _PG_SQL[sql] = sql.replace("%", "%%").replace("?", "%s")
+        return got
 
     def in_list(self, column: str, values: list[Any]) -> tuple[str, list[Any]]:
         if self.name == "sqlite":
-            return f"{column} IN (SELECT value FROM json_each({self.ph}))", [json.dumps(values)]
-        return f"{column} = ANY({self.ph})", [values]
+            return f"{column} IN (SELECT value FROM json_each(?))", [json.dumps(values)]
+        return f"{column} = ANY(?)", [values]
 
     def has_tag(self) -> str:
         if self.name == "sqlite":
-            return f"EXISTS (SELECT 1 FROM json_each(tasks.tags) WHERE value = {self.ph})"
-        return f"(tasks.tags::jsonb ? {self.ph})"
+            return "EXISTS (SELECT 1 FROM json_each(tasks.tags) WHERE value = ?)"
+        return "(tasks.tags::jsonb @> jsonb_build_array(?::text))"
 
-    def prefix(self) -> tuple[str, bool]:
-        """SQL for ``name starts with prefix``; True if it takes (len, prefix)."""
+    def prefix(self) -> str:
+        """SQL for ``name starts with prefix``; it takes (len, prefix)."""
         if self.name == "sqlite":
-            return f"substr(name, 1, {self.ph}) = {self.ph}", True
-        return f"left(name, {self.ph}) = {self.ph}", True
+            return "substr(name, 1, ?) = ?"
+        return "left(name, ?) = ?"
 
 
-SQLITE = Dialect("sqlite", "?")
-POSTGRES = Dialect("postgres", "%s")
+_PG_SQL: dict[str, str] = {}
+SQLITE = Dialect(
+    "sqlite",
+    claim_lock="",
+    no_limit="-1",
+    types={
+        "seq": "INTEGER PRIMARY KEY AUTOINCREMENT",
+        "int": "INTEGER",
+        "time": "TEXT",
+        "bool": "INTEGER",
+        "keyed": " WITHOUT ROWID",
+    },
+)
+POSTGRES = Dialect(
+    "postgres",
+    claim_lock=" FOR UPDATE SKIP LOCKED",
+    no_limit="ALL",
+    types={
+        "seq": "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+        "int": "BIGINT",
+        "time": "TIMESTAMPTZ",
+        "bool": "BOOLEAN",
+        "keyed": "",
+    },
+)
 
 
 def task_where(q: TaskQuery, d: Dialect) -> tuple[str, list[Any]]:
-    """The WHERE clause (possibly empty) and its parameters for ``q``."""
+    """The WHERE clause (possibly empty, ``?`` placeholders) and its parameters for ``q``."""
     parts: list[str] = []
     params: list[Any] = []
     if q.status is not None:
@@ -57,14 +97,13 @@ def task_where(q: TaskQuery, d: Dialect) -> tuple[str, list[Any]]:
         parts.append(d.has_tag())
         params.append(q.tag)
     if q.name_prefix is not None:
-        sql, _ = d.prefix()
-        parts.append(sql)
+        parts.append(d.prefix())
         params += [len(q.name_prefix), q.name_prefix]
     if q.pipeline_run_id is not None:
-        parts.append(f"pipeline_run_id = {d.ph}")
+        parts.append("pipeline_run_id = ?")
         params.append(q.pipeline_run_id)
     if q.owner is not None:
-        parts.append(f"lease_owner = {d.ph}")
+        parts.append("lease_owner = ?")
         params.append(q.owner)
     if q.buckets is not None:
         sql, p = d.in_list("bucket", sorted(q.buckets))

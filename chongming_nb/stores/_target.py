@@ -21,8 +21,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Literal
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-__all__ = ["MASK", "StoreTarget", "is_keyword_string", "parse_target", "redact"]
+__all__ = ["MASK", "StoreTarget", "is_keyword_string", "parse_target", "redact", "split_schema"]
 
 MASK = "***"
 
@@ -182,3 +183,16 @@ def parse_target(raw: str) -> StoreTarget:
             "URL or keyword string; refusing to use it as a file name"
         )
     return StoreTarget("sqlite", text, text)
+
+
+def split_schema(url: str, schema: str | None) -> tuple[str, str]:
+    """Separate our ``schema=`` parameter from the libpq URL (or keyword string)."""
+    if is_keyword_string(url):
+        return url, schema or "chongming"
+    parts = urlsplit(url)
+    params = parse_qsl(parts.query, keep_blank_values=True)
+    found = [v for k, v in params if k == "schema"]
+    kept = [(k, v) for k, v in params if k != "schema"]
+    chosen = schema or (found[-1] if found else "chongming")
+    clean = urlunsplit(parts._replace(query=urlencode(kept)))
+    return clean, chosen

@@ -30,36 +30,28 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from datetime import datetime, timedelta
+from datetime import datetime
 from itertools import chain
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from chongming_nb.core.errors import ConcurrencyConflict, StoreError
+from chongming_nb.core.errors import StoreError
 from chongming_nb.core.models import (
     AttemptRecord,
-    Command,
-    CommandState,
     TaskSnapshot,
     Transition,
 )
-from chongming_nb.core.states import TERMINAL, TaskStatus
 from chongming_nb.stores import _codec as codec
 from chongming_nb.stores import _sql
+from chongming_nb.stores._base import SqlStore, check_version, ddl, migrate
 from chongming_nb.stores._codec import encode
-from chongming_nb.stores._sql import SQLITE, task_order, task_where
 from chongming_nb.stores.protocol import (
     SCHEMA_VERSION,
     EventRecord,
     LogRecord,
-    OwnerRecord,
-    RunRecord,
     SaveItem,
-    TaskQuery,
     Touch,
-    TouchViaTouchMany,
-    WritesViaRecordBatch,
 )
 
 __all__ = ["MIGRATIONS", "SqliteStore", "StoreFileModeWarning"]
@@ -125,125 +117,7 @@ def _file_key(path: Path) -> tuple[int, int] | None:
 
 
 #: Schema migrations: target version -> statements that bring version-1 up to it.
-MIGRATIONS: dict[int, list[str]] = {
-    1: [
-        "CREATE TABLE chongming_schema (version INTEGER NOT NULL)",
-        """CREATE TABLE tasks (
-            seq INTEGER PRIMARY KEY AUTOINCREMENT,
-            task_id TEXT NOT NULL UNIQUE,
-            name TEXT NOT NULL,
-            pipeline_run_id TEXT,
-            tags TEXT NOT NULL,
-            status TEXT NOT NULL,
-            status_version INTEGER NOT NULL,
-            requested_action TEXT,
-            attempt INTEGER NOT NULL,
-            max_attempts INTEGER NOT NULL,
-            created_at TEXT,
-            queued_at TEXT,
-            started_at TEXT,
-            ended_at TEXT,
-            last_heartbeat_at TEXT,
-            retry_at TEXT,
-            progress TEXT,
-            failure TEXT,
-            outcome TEXT,
-            executor TEXT,
-            pid INTEGER,
-            priority INTEGER NOT NULL,
-            deps TEXT NOT NULL,
-            idempotency_key TEXT,
-            bucket INTEGER,
-            bucket_key TEXT,
-            lease_owner TEXT,
-            lease_until TEXT,
-            overridden INTEGER NOT NULL
-        )""",
-        "CREATE INDEX tasks_status ON tasks(status)",
-        "CREATE INDEX tasks_run ON tasks(pipeline_run_id)",
-        "CREATE INDEX tasks_created ON tasks(created_at, seq)",
-        "CREATE INDEX tasks_bucket ON tasks(bucket)",
-        "CREATE INDEX tasks_owner ON tasks(lease_owner)",
-        """CREATE TABLE transitions (
-            task_id TEXT NOT NULL,
-            version INTEGER NOT NULL,
-            from_status TEXT NOT NULL,
-            to_status TEXT NOT NULL,
-            trigger TEXT NOT NULL,
-            actor TEXT NOT NULL,
-            reason TEXT,
-            at TEXT NOT NULL,
-            override INTEGER NOT NULL,
-            PRIMARY KEY (task_id, version)
-        ) WITHOUT ROWID""",
-        """CREATE TABLE attempts (
-            task_id TEXT NOT NULL,
-            attempt INTEGER NOT NULL,
-            started_at TEXT NOT NULL,
-            ended_at TEXT,
-            outcome TEXT,
-            failure_kind TEXT,
-            failure_message TEXT,
-            traceback TEXT,
-            executor TEXT,
-            abandoned INTEGER NOT NULL,
-            exit_code INTEGER,
-            PRIMARY KEY (task_id, attempt)
-        ) WITHOUT ROWID""",
-        """CREATE TABLE logs (
-            seq INTEGER PRIMARY KEY AUTOINCREMENT,
-            task_id TEXT NOT NULL,
-            at TEXT NOT NULL,
-            stream TEXT NOT NULL,
-            line TEXT NOT NULL,
-            level TEXT
-        )""",
-        "CREATE INDEX logs_task ON logs(task_id, at, seq)",
-        """CREATE TABLE events (
-            seq INTEGER PRIMARY KEY AUTOINCREMENT,
-            event_id TEXT NOT NULL UNIQUE,
-            task_id TEXT,
-            at TEXT NOT NULL,
-            type TEXT NOT NULL,
-            payload TEXT NOT NULL
-        )""",
-        "CREATE INDEX events_task ON events(task_id, at, seq)",
-        "CREATE INDEX events_at ON events(at, seq)",
-        """CREATE TABLE commands (
-            seq INTEGER PRIMARY KEY AUTOINCREMENT,
-            command_id TEXT NOT NULL UNIQUE,
-            task_id TEXT NOT NULL,
-            verb TEXT NOT NULL,
-            args TEXT NOT NULL,
-            actor TEXT NOT NULL,
-            created_at TEXT,
-            state TEXT NOT NULL,
-            claimed_by TEXT,
-            lease_until TEXT,
-            completed_at TEXT,
-            outcome TEXT
-        )""",
-        "CREATE INDEX commands_state ON commands(state, seq)",
-        "CREATE INDEX commands_task ON commands(task_id, seq)",
-        """CREATE TABLE owners (
-            owner_id TEXT PRIMARY KEY,
-            host TEXT NOT NULL,
-            pid INTEGER NOT NULL,
-            kernel_id TEXT,
-            started_at TEXT NOT NULL,
-            heartbeat_at TEXT NOT NULL
-        )""",
-        """CREATE TABLE runs (
-            run_id TEXT PRIMARY KEY,
-            name TEXT NOT NULL,
-            status TEXT NOT NULL,
-            created_at TEXT NOT NULL,
-            updated_at TEXT NOT NULL,
-            spec TEXT NOT NULL
-        )""",
-        "CREATE INDEX runs_created ON runs(created_at)",
-    ],
-}
+MIGRATIONS: dict[int, list[str]] = {1: ddl(_sql.SQLITE.types)}
 
 
 # ------------------------------------------------------------------ batch writes
@@ -476,7 +350,6 @@ _UNSTARTED = _UsualTasks(
 )
 #: ``len(_usual_task(...))`` -> its statements.
 _USUAL_TASKS = {len(u.columns): u for u in (_USUAL, _UNSTARTED)}
-_SELECT_TASK = f"SELECT {', '.join(codec.TASK_COLUMNS)} FROM tasks"
 
 _TRANSITION_USUAL: dict[str, str | bool | None] = {"reason": None, "override": False}
 _INSERT_TRANSITION = _insert("INSERT OR IGNORE INTO transitions", codec.TRANSITION_COLUMNS)
@@ -664,17 +537,6 @@ class _BatchRows:
 
 _TOUCH_COLUMNS = ("progress", "last_heartbeat_at", "lease_owner", "lease_until", "pid")
 
-_COMMAND_COLS = ", ".join(codec.COMMAND_COLUMNS)
-_TERMINAL_VALUES = sorted(s.value for s in TERMINAL)
-
-
-def _row(cursor: sqlite3.Cursor, values: tuple[Any, ...]) -> dict[str, Any]:
-    return {d[0]: v for d, v in zip(cursor.description, values, strict=True)}
-
-
-def _t(value: datetime | None) -> str | None:
-    return codec.dt_to_text(value)
-
 
 def _touch(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
     """Touch rows (one per task, see ``_sql.touch_rows``), each as an UPDATE of only its
@@ -690,8 +552,10 @@ def _touch(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
         conn.executemany(f"UPDATE tasks SET {cols} WHERE task_id = ?", params)
 
 
-class SqliteStore(TouchViaTouchMany, WritesViaRecordBatch):
+class SqliteStore(SqlStore):
     """A ``TaskStore`` in one SQLite file. ``path`` may be ``~``-relative."""
+
+    dialect = _sql.SQLITE
 
     def __init__(
         self,
@@ -882,16 +746,7 @@ class SqliteStore(TouchViaTouchMany, WritesViaRecordBatch):
         except sqlite3.Error as exc:
             raise self._fail("cannot read the schema (corrupt?)", exc) from exc
         version = int(row[0]) if row and row[0] is not None else 0
-        if version > SCHEMA_VERSION:
-            raise self._fail(
-                f"has schema version {version}, newer than this release supports "
-                f"({SCHEMA_VERSION}); upgrade chongming_nb"
-            )
-        if version < SCHEMA_VERSION:
-            raise self._fail(
-                f"has schema version {version}, older than this release's "
-                f"({SCHEMA_VERSION}); open it once for writing (a controller) to upgrade"
-            )
+        check_version(version, SCHEMA_VERSION, self._fail, readonly=True)
         self._schema = version
 
     def _migrate(self) -> None:
@@ -906,6 +761,7 @@ class SqliteStore(TouchViaTouchMany, WritesViaRecordBatch):
                         "AND name NOT LIKE 'sqlite_%'"
                     )
                 }
+                version = 0
                 if "chongming_schema" in tables:
                     row = conn.execute("SELECT MAX(version) FROM chongming_schema").fetchone()
                     version = int(row[0]) if row and row[0] is not None else 0
@@ -915,19 +771,7 @@ class SqliteStore(TouchViaTouchMany, WritesViaRecordBatch):
                         + ", ".join(sorted(tables))
                         + "); refusing to touch it"
                     )
-                else:
-                    version = 0
-                if version > SCHEMA_VERSION:
-                    raise self._fail(
-                        f"has schema version {version}, newer than this release supports "
-                        f"({SCHEMA_VERSION}); upgrade chongming_nb"
-                    )
-                for target in range(version + 1, SCHEMA_VERSION + 1):
-                    for stmt in MIGRATIONS[target]:
-                        conn.execute(stmt)
-                    conn.execute("DELETE FROM chongming_schema")
-                    conn.execute("INSERT INTO chongming_schema (version) VALUES (?)", (target,))
-                    version = target
+                version = migrate(conn, version, SCHEMA_VERSION, MIGRATIONS, self._fail)
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -952,6 +796,9 @@ class SqliteStore(TouchViaTouchMany, WritesViaRecordBatch):
 
     def __repr__(self) -> str:
         return f"SqliteStore({str(self._path)!r})"
+
+    def _t(self, value: datetime | None) -> str | None:
+        return codec.dt_to_text(value)
 
     def _db(self) -> sqlite3.Connection:
         if self._closed:
@@ -1037,16 +884,10 @@ class SqliteStore(TouchViaTouchMany, WritesViaRecordBatch):
         except sqlite3.IntegrityError:
             # undo the rows inserted before the failing one, then name it
             conn.execute("ROLLBACK TO chongming_creates")
-            dup = None
-            for values in (row for _, rows in runs for row in rows):
-                if conn.execute("SELECT 1 FROM tasks WHERE task_id = ?", (values[0],)).fetchone():
-                    dup = values[0]
-                    break
-            raise StoreError(f"task {dup} already exists in {self.url}") from None
+            raise self._duplicate(conn, [row[0] for _, rows in runs for row in rows]) from None
         conn.execute("RELEASE chongming_creates")
 
-    @staticmethod
-    def _update_tasks(conn: sqlite3.Connection, rows: _BatchRows) -> None:
+    def _update_tasks(self, conn: sqlite3.Connection, rows: _BatchRows) -> None:
         conn.execute("SAVEPOINT chongming_updates")
         # task_id is unique: each update matches at most one row, so the total is the
         # number of updates exactly when every one of them matched
@@ -1068,290 +909,8 @@ class SqliteStore(TouchViaTouchMany, WritesViaRecordBatch):
             # undo them and name the first that does not match (the write lock is
             # ours, nobody changes a version meanwhile)
             conn.execute("ROLLBACK TO chongming_updates")
-            for values in updates:
-                tid, expect = values[-2], values[-1]
-                found = conn.execute(
-                    "SELECT status_version FROM tasks WHERE task_id = ?", (tid,)
-                ).fetchone()
-                if found is None or int(found[0]) != expect:
-                    raise ConcurrencyConflict(tid, expect, None if found is None else int(found[0]))
-            raise ConcurrencyConflict(updates[0][-2], updates[0][-1], None)
+            raise self._conflict(conn, updates)
         conn.execute("RELEASE chongming_updates")
-
-    def get(self, task_id: str) -> TaskSnapshot | None:
-        with self._read() as conn:
-            cur = conn.execute(f"{_SELECT_TASK} WHERE task_id = ?", (task_id,))
-            values = cur.fetchone()
-            return None if values is None else codec.row_to_snapshot(_row(cur, values))
-
-    def query(self, query: TaskQuery | None = None) -> list[TaskSnapshot]:
-        q = query or TaskQuery()
-        where, params = task_where(q, SQLITE)
-        sql = f"{_SELECT_TASK} {where} {task_order(q.order)}"
-        if q.limit is not None:
-            sql += " LIMIT ?"
-            params.append(q.limit)
-        with self._read() as conn:
-            cur = conn.execute(sql, params)
-            return [codec.row_to_snapshot(_row(cur, v)) for v in cur.fetchall()]
-
-    def counts(self, query: TaskQuery | None = None) -> dict[TaskStatus, int]:
-        where, params = task_where(query or TaskQuery(), SQLITE)
-        out = dict.fromkeys(TaskStatus, 0)
-        with self._read() as conn:
-            for status, n in conn.execute(
-                f"SELECT status, COUNT(*) FROM tasks {where} GROUP BY status", params
-            ):
-                out[TaskStatus(status)] = int(n)
-        return out
-
-    # -------------------------------------------------------------- history
-    def append(self, transition: Transition) -> None:
-        self.save_many([], [transition])
-
-    def history(self, task_id: str, *, since_version: int = 0) -> list[Transition]:
-        cols = ", ".join(codec.TRANSITION_COLUMNS)
-        with self._read() as conn:
-            cur = conn.execute(
-                f"SELECT {cols} FROM transitions WHERE task_id = ? AND version > ? "
-                "ORDER BY version",
-                (task_id, since_version),
-            )
-            return [codec.row_to_transition(_row(cur, v)) for v in cur.fetchall()]
-
-    def save_attempt(self, attempt: AttemptRecord) -> None:
-        self.save_many([], attempts=[attempt])
-
-    def attempts(self, task_id: str) -> list[AttemptRecord]:
-        cols = ", ".join(codec.ATTEMPT_COLUMNS)
-        with self._read() as conn:
-            cur = conn.execute(
-                f"SELECT {cols} FROM attempts WHERE task_id = ? ORDER BY attempt", (task_id,)
-            )
-            return [codec.row_to_attempt(_row(cur, v)) for v in cur.fetchall()]
-
-    def clear_attempts(self, task_id: str) -> int:
-        with self._write() as conn:
-            return conn.execute("DELETE FROM attempts WHERE task_id = ?", (task_id,)).rowcount
-
-    def append_logs(self, task_id: str, lines: Sequence[LogRecord]) -> None:
-        if lines:
-            self.record_batch(logs=[(task_id, lines)])
-
-    def logs(
-        self, task_id: str, *, limit: int | None = None, since: datetime | None = None
-    ) -> list[LogRecord]:
-        sql = "SELECT at, stream, line, level FROM logs WHERE task_id = ?"
-        params: list[Any] = [task_id]
-        if since is not None:
-            sql += " AND at > ?"
-            params.append(_t(codec.utc(since, "since")))
-        sql += " ORDER BY at DESC, seq DESC"
-        if limit is not None:
-            sql += " LIMIT ?"
-            params.append(max(0, limit))
-        with self._read() as conn:
-            cur = conn.execute(sql, params)
-            rows = [codec.row_to_log(_row(cur, v)) for v in cur.fetchall()]
-        rows.reverse()
-        return rows
-
-    def append_events(self, events: Sequence[EventRecord]) -> None:
-        self.save_many([], events=events)
-
-    def events(
-        self,
-        task_id: str | None = None,
-        *,
-        since: datetime | None = None,
-        types: frozenset[str] | None = None,
-        limit: int | None = None,
-    ) -> list[EventRecord]:
-        parts: list[str] = []
-        params: list[Any] = []
-        if task_id is not None:
-            parts.append("task_id = ?")
-            params.append(task_id)
-        if since is not None:
-            parts.append("at > ?")
-            params.append(_t(codec.utc(since, "since")))
-        if types is not None:
-            sql, p = SQLITE.in_list("type", sorted(types))
-            parts.append(sql)
-            params += p
-        where = ("WHERE " + " AND ".join(parts)) if parts else ""
-        sql = (
-            f"SELECT {', '.join(codec.EVENT_COLUMNS)} FROM events {where} "
-            "ORDER BY at DESC, seq DESC"
-        )
-        if limit is not None:
-            sql += " LIMIT ?"
-            params.append(max(0, limit))
-        with self._read() as conn:
-            cur = conn.execute(sql, params)
-            rows = [codec.row_to_event(_row(cur, v)) for v in cur.fetchall()]
-        rows.reverse()
-        return rows
-
-    # --------------------------------------------------------- side channel
-    def touch_many(self, touches: Sequence[Touch]) -> None:
-        if touches:
-            self.record_batch(touches=touches)
-
-    # -------------------------------------------------------------- commands
-    def submit_command(self, command: Command) -> None:
-        row = codec.times_to_text(
-            codec.command_to_row(command), ("created_at", "lease_until", "completed_at")
-        )
-        row.update(
-            state=CommandState.PENDING.value,
-            claimed_by=None,
-            lease_until=None,
-            completed_at=None,
-            outcome=None,
-        )
-        with self._write() as conn:
-            conn.execute(
-                f"INSERT OR IGNORE INTO commands ({_COMMAND_COLS}) "
-                f"VALUES ({', '.join('?' for _ in codec.COMMAND_COLUMNS)})",
-                tuple(row.values()),
-            )
-
-    def claim_commands(
-        self,
-        *,
-        owner: str,
-        now: datetime,
-        lease_seconds: float,
-        limit: int = 50,
-        task_ids: frozenset[str] | None = None,
-    ) -> list[Command]:
-        now_utc = codec.utc_req(now, "now")
-        now_t = _t(now_utc)
-        until = _t(now_utc + timedelta(seconds=lease_seconds))
-        cond = "(state = 'pending' OR (state = 'claimed' AND lease_until <= ?))"
-        params: list[Any] = [now_t]
-        if task_ids is not None:
-            sql, p = SQLITE.in_list("task_id", sorted(task_ids))
-            cond += f" AND {sql}"
-            params += p
-        with self._write() as conn:
-            cur = conn.execute(
-                "UPDATE commands SET state = 'claimed', claimed_by = ?, lease_until = ? "
-                f"WHERE seq IN (SELECT seq FROM commands WHERE {cond} ORDER BY seq LIMIT ?) "
-                f"RETURNING seq, {_COMMAND_COLS}",
-                [owner, until, *params, max(0, limit)],
-            )
-            rows = [_row(cur, v) for v in cur.fetchall()]
-        rows.sort(key=lambda r: r["seq"])
-        return [codec.row_to_command(r) for r in rows]
-
-    def complete_command(
-        self,
-        command_id: str,
-        *,
-        now: datetime,
-        outcome: Mapping[str, Any] | None = None,
-        state: CommandState = CommandState.DONE,
-    ) -> None:
-        if state not in (CommandState.DONE, CommandState.REJECTED):
-            raise StoreError(f"command {command_id}: a command completes as done or rejected")
-        now_t = _t(codec.utc_req(now, "now"))
-        out = codec.dumps_obj(outcome, f"command {command_id} outcome")
-        with self._write() as conn:
-            cur = conn.execute(
-                "UPDATE commands SET state = ?, completed_at = ?, outcome = ? "
-                "WHERE command_id = ? AND state IN ('pending', 'claimed')",
-                (state.value, now_t, out, command_id),
-            )
-            if cur.rowcount == 0:
-                found = conn.execute(
-                    "SELECT 1 FROM commands WHERE command_id = ?", (command_id,)
-                ).fetchone()
-                if found is None:
-                    raise StoreError(f"no command with id {command_id!r} in {self.url}")
-
-    def get_command(self, command_id: str) -> Command | None:
-        with self._read() as conn:
-            cur = conn.execute(
-                f"SELECT {_COMMAND_COLS} FROM commands WHERE command_id = ?", (command_id,)
-            )
-            v = cur.fetchone()
-            return None if v is None else codec.row_to_command(_row(cur, v))
-
-    def commands(
-        self, task_id: str | None = None, *, state: CommandState | None = None
-    ) -> list[Command]:
-        parts: list[str] = []
-        params: list[Any] = []
-        if task_id is not None:
-            parts.append("task_id = ?")
-            params.append(task_id)
-        if state is not None:
-            parts.append("state = ?")
-            params.append(CommandState(state).value)
-        where = ("WHERE " + " AND ".join(parts)) if parts else ""
-        with self._read() as conn:
-            cur = conn.execute(f"SELECT {_COMMAND_COLS} FROM commands {where} ORDER BY seq", params)
-            return [codec.row_to_command(_row(cur, v)) for v in cur.fetchall()]
-
-    # ---------------------------------------------------------------- owners
-    def upsert_owner(self, owner: OwnerRecord) -> None:
-        row = codec.times_to_text(codec.owner_to_row(owner), ("started_at", "heartbeat_at"))
-        with self._write() as conn:
-            conn.execute(
-                f"INSERT OR REPLACE INTO owners ({', '.join(codec.OWNER_COLUMNS)}) "
-                f"VALUES ({', '.join('?' for _ in codec.OWNER_COLUMNS)})",
-                tuple(row.values()),
-            )
-
-    def owners(self) -> list[OwnerRecord]:
-        with self._read() as conn:
-            cur = conn.execute(
-                f"SELECT {', '.join(codec.OWNER_COLUMNS)} FROM owners ORDER BY owner_id"
-            )
-            return [codec.row_to_owner(_row(cur, v)) for v in cur.fetchall()]
-
-    # ------------------------------------------------------------------ runs
-    def save_run(self, run: RunRecord) -> None:
-        row = codec.times_to_text(codec.run_to_row(run), ("created_at", "updated_at"))
-        with self._write() as conn:
-            conn.execute(
-                f"INSERT OR REPLACE INTO runs ({', '.join(codec.RUN_COLUMNS)}) "
-                f"VALUES ({', '.join('?' for _ in codec.RUN_COLUMNS)})",
-                tuple(row.values()),
-            )
-
-    def get_run(self, run_id: str) -> RunRecord | None:
-        with self._read() as conn:
-            cur = conn.execute(
-                f"SELECT {', '.join(codec.RUN_COLUMNS)} FROM runs WHERE run_id = ?", (run_id,)
-            )
-            v = cur.fetchone()
-            return None if v is None else codec.row_to_run(_row(cur, v))
-
-    def list_runs(self, limit: int | None = None) -> list[RunRecord]:
-        sql = f"SELECT {', '.join(codec.RUN_COLUMNS)} FROM runs ORDER BY created_at DESC"
-        params: list[Any] = []
-        if limit is not None:
-            sql += " LIMIT ?"
-            params.append(max(0, limit))
-        with self._read() as conn:
-            cur = conn.execute(sql, params)
-            return [codec.row_to_run(_row(cur, v)) for v in cur.fetchall()]
-
-    # ------------------------------------------------------------------- ops
-    def prune(self, *, keep_terminal: int) -> int:
-        if keep_terminal < 0:
-            raise ValueError(f"keep_terminal must be >= 0, got {keep_terminal}")
-        status_sql, params = SQLITE.in_list("status", _TERMINAL_VALUES)
-        with self._write() as conn:
-            cur = conn.execute(
-                "DELETE FROM tasks WHERE seq IN (SELECT seq FROM tasks "
-                f"WHERE {status_sql} {task_order('newest')} LIMIT -1 OFFSET ?)",
-                [*params, keep_terminal],
-            )
-            return int(cur.rowcount)
 
     def integrity_check(self) -> str:
         """``PRAGMA integrity_check`` ("ok" when the file is sound)."""

@@ -1,0 +1,558 @@
+"""The SQL store base: what the SQLite and PostgreSQL backends do alike.
+
+``SqlStore`` holds every read, the command queue, owners, runs and pruning, written
+once in SQL that both databases accept (``?`` placeholders; the dialect turns them into
+``%s`` for psycopg). A backend provides:
+
+* ``dialect`` (``_sql.SQLITE`` / ``_sql.POSTGRES``): placeholders, set membership,
+  tags, the claim's row lock;
+* ``_read()`` / ``_write()``: the connection under the store's lock, the second inside
+  one write transaction; database errors become ``StoreError`` naming the store;
+* ``_t(value)``: a time as the database stores it (SQLite: fixed-width UTC text;
+  PostgreSQL: the aware datetime, a ``timestamptz``);
+* ``record_batch`` (the one write path of snapshots, history, logs and touches),
+  opening, migrating and ``close``.
+
+The tables are ``ddl(types)`` in each backend's column types, so their shape is stated
+once too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime, timedelta
+from typing import Any, ClassVar, Protocol
+
+from chongming_nb.core.errors import ConcurrencyConflict, StoreError
+from chongming_nb.core.models import AttemptRecord, Command, CommandState, TaskSnapshot, Transition
+from chongming_nb.core.states import TERMINAL, TaskStatus
+from chongming_nb.stores import _codec as codec
+from chongming_nb.stores._sql import Dialect, task_order, task_where
+from chongming_nb.stores.protocol import (
+    EventRecord,
+    LogRecord,
+    OwnerRecord,
+    RunRecord,
+    TaskQuery,
+    Touch,
+    TouchViaTouchMany,
+    WritesViaRecordBatch,
+)
+
+__all__ = ["Conn", "Cursor", "SqlStore", "check_version", "ddl", "migrate", "upsert"]
+
+
+class Cursor(Protocol):
+    """What both drivers' cursors offer and the base uses."""
+
+    @property
+    def description(self) -> Any: ...
+    @property
+    def rowcount(self) -> int: ...
+    def fetchone(self) -> Any: ...
+    def fetchall(self) -> list[Any]: ...
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+class Conn(Protocol):
+    """``sqlite3.Connection`` and ``psycopg.Connection`` alike."""
+
+    def execute(self, sql: Any, params: Any = ..., /) -> Any: ...
+
+
+def ddl(types: Mapping[str, str]) -> list[str]:
+    """The tables and indexes of schema version 1, in a backend's column types:
+    ``seq`` (an auto-increasing integer key), ``int``, ``time``, ``bool`` and ``keyed``
+    (what follows the closing parenthesis of a table with a composite primary key)."""
+    t = types
+    return [
+        "CREATE TABLE chongming_schema (version INTEGER NOT NULL)",
+        f"""CREATE TABLE tasks (
+            seq {t["seq"]},
+            task_id TEXT NOT NULL UNIQUE,
+            name TEXT NOT NULL,
+            pipeline_run_id TEXT,
+            tags TEXT NOT NULL,
+            status TEXT NOT NULL,
+            status_version {t["int"]} NOT NULL,
+            requested_action TEXT,
+            attempt {t["int"]} NOT NULL,
+            max_attempts {t["int"]} NOT NULL,
+            created_at {t["time"]},
+            queued_at {t["time"]},
+            started_at {t["time"]},
+            ended_at {t["time"]},
+            last_heartbeat_at {t["time"]},
+            retry_at {t["time"]},
+            progress TEXT,
+            failure TEXT,
+            outcome TEXT,
+            executor TEXT,
+            pid {t["int"]},
+            priority {t["int"]} NOT NULL,
+            deps TEXT NOT NULL,
+            idempotency_key TEXT,
+            bucket {t["int"]},
+            bucket_key TEXT,
+            lease_owner TEXT,
+            lease_until {t["time"]},
+            overridden {t["bool"]} NOT NULL
+        )""",
+        "CREATE INDEX tasks_status ON tasks(status)",
+        "CREATE INDEX tasks_run ON tasks(pipeline_run_id)",
+        "CREATE INDEX tasks_created ON tasks(created_at, seq)",
+        "CREATE INDEX tasks_bucket ON tasks(bucket)",
+        "CREATE INDEX tasks_owner ON tasks(lease_owner)",
+        f"""CREATE TABLE transitions (
+            task_id TEXT NOT NULL,
+            version {t["int"]} NOT NULL,
+            from_status TEXT NOT NULL,
+            to_status TEXT NOT NULL,
+            trigger TEXT NOT NULL,
+            actor TEXT NOT NULL,
+            reason TEXT,
+            at {t["time"]} NOT NULL,
+            override {t["bool"]} NOT NULL,
+            PRIMARY KEY (task_id, version)
+        ){t["keyed"]}""",
+        f"""CREATE TABLE attempts (
+            task_id TEXT NOT NULL,
+            attempt {t["int"]} NOT NULL,
+            started_at {t["time"]} NOT NULL,
+            ended_at {t["time"]},
+            outcome TEXT,
+            failure_kind TEXT,
+            failure_message TEXT,
+            traceback TEXT,
+            executor TEXT,
+            abandoned {t["bool"]} NOT NULL,
+            exit_code {t["int"]},
+            PRIMARY KEY (task_id, attempt)
+        ){t["keyed"]}""",
+        f"""CREATE TABLE logs (
+            seq {t["seq"]},
+            task_id TEXT NOT NULL,
+            at {t["time"]} NOT NULL,
+            stream TEXT NOT NULL,
+            line TEXT NOT NULL,
+            level TEXT
+        )""",
+        "CREATE INDEX logs_task ON logs(task_id, at, seq)",
+        f"""CREATE TABLE events (
+            seq {t["seq"]},
+            event_id TEXT NOT NULL UNIQUE,
+            task_id TEXT,
+            at {t["time"]} NOT NULL,
+            type TEXT NOT NULL,
+            payload TEXT NOT NULL
+        )""",
+        "CREATE INDEX events_task ON events(task_id, at, seq)",
+        "CREATE INDEX events_at ON events(at, seq)",
+        f"""CREATE TABLE commands (
+            seq {t["seq"]},
+            command_id TEXT NOT NULL UNIQUE,
+            task_id TEXT NOT NULL,
+            verb TEXT NOT NULL,
+            args TEXT NOT NULL,
+            actor TEXT NOT NULL,
+            created_at {t["time"]},
+            state TEXT NOT NULL,
+            claimed_by TEXT,
+            lease_until {t["time"]},
+            completed_at {t["time"]},
+            outcome TEXT
+        )""",
+        "CREATE INDEX commands_state ON commands(state, seq)",
+        "CREATE INDEX commands_task ON commands(task_id, seq)",
+        f"""CREATE TABLE owners (
+            owner_id TEXT PRIMARY KEY,
+            host TEXT NOT NULL,
+            pid {t["int"]} NOT NULL,
+            kernel_id TEXT,
+            started_at {t["time"]} NOT NULL,
+            heartbeat_at {t["time"]} NOT NULL
+        )""",
+        f"""CREATE TABLE runs (
+            run_id TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            status TEXT NOT NULL,
+            created_at {t["time"]} NOT NULL,
+            updated_at {t["time"]} NOT NULL,
+            spec TEXT NOT NULL
+        )""",
+        "CREATE INDEX runs_created ON runs(created_at)",
+    ]
+
+
+def check_version(version: int, target: int, fail: Any, *, readonly: bool = False) -> None:
+    """Refuse a schema newer than this release's (``target``), and, for reading only, an
+    older one (reading never migrates). ``fail(message)`` makes the error."""
+    if version > target:
+        raise fail(
+            f"has schema version {version}, newer than this release supports "
+            f"({target}); upgrade chongming_nb"
+        )
+    if readonly and version < target:
+        raise fail(
+            f"has schema version {version}, older than this release's "
+            f"({target}); open it once for writing (a controller) to upgrade"
+        )
+
+
+def migrate(
+    conn: Conn,
+    version: int,
+    target: int,
+    migrations: Mapping[int, Sequence[str]],
+    fail: Any,
+) -> int:
+    """Bring a schema at ``version`` up to ``target`` inside the caller's transaction
+    (``migrations[v]`` brings ``v - 1`` to ``v``); ``fail(message)`` makes the error
+    for a schema newer than this release. Returns the version reached."""
+    check_version(version, target, fail)
+    for step in range(version + 1, target + 1):
+        for stmt in migrations[step]:
+            conn.execute(stmt)
+        conn.execute("DELETE FROM chongming_schema")
+        conn.execute("INSERT INTO chongming_schema (version) VALUES (" + str(step) + ")")
+        version = step
+    return version
+
+
+def _cols(columns: Sequence[str]) -> str:
+    return ", ".join(columns)
+
+
+def _marks(columns: Sequence[str]) -> str:
+    return ", ".join("?" for _ in columns)
+
+
+def upsert(table: str, columns: Sequence[str], key: Sequence[str]) -> str:
+    """Insert, or replace every other column of the row with the same ``key``."""
+    rest = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in key)
+    return (
+        f"INSERT INTO {table} ({_cols(columns)}) VALUES ({_marks(columns)}) "
+        f"ON CONFLICT ({_cols(key)}) DO UPDATE SET {rest}"
+    )
+
+
+_SELECT_TASK = f"SELECT {_cols(codec.TASK_COLUMNS)} FROM tasks"
+_COMMANDS = _cols(codec.COMMAND_COLUMNS)
+_COMMAND_TIMES = ("created_at", "lease_until", "completed_at")
+_TERMINAL_VALUES = sorted(s.value for s in TERMINAL)
+
+
+def _row(cur: Cursor, values: Sequence[Any]) -> dict[str, Any]:
+    # a sqlite3 description entry is a 7-tuple, a psycopg Column a sequence of 7
+    return {d[0]: v for d, v in zip(cur.description, values, strict=True)}
+
+
+class SqlStore(TouchViaTouchMany, WritesViaRecordBatch):
+    """A ``TaskStore`` over a SQL database (see the module docstring)."""
+
+    dialect: ClassVar[Dialect]
+
+    # ------------------------------------------------------ backend hooks
+    def _read(self) -> AbstractContextManager[Any]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _write(self) -> AbstractContextManager[Any]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _t(self, value: datetime | None) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @property
+    def url(self) -> str:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # ----------------------------------------------------------- plumbing
+    def _sql(self, sql: str) -> str:
+        return self.dialect.q(sql)
+
+    def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        with self._read() as conn:
+            cur = conn.execute(self._sql(sql), params)
+            return [_row(cur, v) for v in cur.fetchall()]
+
+    def _one(self, sql: str, params: Sequence[Any]) -> dict[str, Any] | None:
+        with self._read() as conn:
+            cur = conn.execute(self._sql(sql), params)
+            values = cur.fetchone()
+            return None if values is None else _row(cur, values)
+
+    def _conflict(self, conn: Conn, updates: Sequence[Sequence[Any]]) -> ConcurrencyConflict:
+        """The conflict of the first update row (``(..., task_id, expect)``) that does
+        not match the store; the caller holds the write lock and undid the updates."""
+        for values in updates:
+            tid, expect = values[-2], values[-1]
+            found = conn.execute(
+                self._sql("SELECT status_version FROM tasks WHERE task_id = ?"), (tid,)
+            ).fetchone()
+            if found is None or int(found[0]) != expect:
+                return ConcurrencyConflict(tid, expect, None if found is None else int(found[0]))
+        return ConcurrencyConflict(updates[0][-2], updates[0][-1], None)
+
+    def _duplicate(self, conn: Conn, ids: Sequence[str]) -> StoreError:
+        """The error for a batch of creates of which one exists (the first of ``ids``
+        found; the caller holds the write lock and undid the creates)."""
+        for tid in ids:
+            if conn.execute(self._sql("SELECT 1 FROM tasks WHERE task_id = ?"), (tid,)).fetchone():
+                return StoreError(f"task {tid} already exists in {self.url}")
+        return StoreError(f"a task of the batch already exists in {self.url}")
+
+    def _timed(self, row: dict[str, Any], columns: Sequence[str]) -> tuple[Any, ...]:
+        return tuple(self._t(v) if k in columns else v for k, v in row.items())
+
+    # ---------------------------------------------------------- snapshots
+    def get(self, task_id: str) -> TaskSnapshot | None:
+        r = self._one(f"{_SELECT_TASK} WHERE task_id = ?", (task_id,))
+        return None if r is None else codec.row_to_snapshot(r)
+
+    def query(self, query: TaskQuery | None = None) -> list[TaskSnapshot]:
+        q = query or TaskQuery()
+        where, params = task_where(q, self.dialect)
+        sql = f"{_SELECT_TASK} {where} {task_order(q.order)}"
+        if q.limit is not None:
+            sql += " LIMIT ?"
+            params.append(q.limit)
+        return [codec.row_to_snapshot(r) for r in self._fetch(sql, params)]
+
+    def counts(self, query: TaskQuery | None = None) -> dict[TaskStatus, int]:
+        where, params = task_where(query or TaskQuery(), self.dialect)
+        out = dict.fromkeys(TaskStatus, 0)
+        for r in self._fetch(
+            f"SELECT status, COUNT(*) AS n FROM tasks {where} GROUP BY status", params
+        ):
+            out[TaskStatus(r["status"])] = int(r["n"])
+        return out
+
+    # ------------------------------------------------------------ history
+    def append(self, transition: Transition) -> None:
+        self.save_many([], [transition])
+
+    def history(self, task_id: str, *, since_version: int = 0) -> list[Transition]:
+        rows = self._fetch(
+            f"SELECT {_cols(codec.TRANSITION_COLUMNS)} FROM transitions "
+            "WHERE task_id = ? AND version > ? ORDER BY version",
+            (task_id, since_version),
+        )
+        return [codec.row_to_transition(r) for r in rows]
+
+    def save_attempt(self, attempt: AttemptRecord) -> None:
+        self.save_many([], attempts=[attempt])
+
+    def attempts(self, task_id: str) -> list[AttemptRecord]:
+        rows = self._fetch(
+            f"SELECT {_cols(codec.ATTEMPT_COLUMNS)} FROM attempts "
+            "WHERE task_id = ? ORDER BY attempt",
+            (task_id,),
+        )
+        return [codec.row_to_attempt(r) for r in rows]
+
+    def clear_attempts(self, task_id: str) -> int:
+        with self._write() as conn:
+            cur = conn.execute(self._sql("DELETE FROM attempts WHERE task_id = ?"), (task_id,))
+            return int(cur.rowcount)
+
+    def append_logs(self, task_id: str, lines: Sequence[LogRecord]) -> None:
+        if lines:
+            self.record_batch(logs=[(task_id, lines)])
+
+    def logs(
+        self, task_id: str, *, limit: int | None = None, since: datetime | None = None
+    ) -> list[LogRecord]:
+        sql = "SELECT at, stream, line, level FROM logs WHERE task_id = ?"
+        params: list[Any] = [task_id]
+        if since is not None:
+            sql += " AND at > ?"
+            params.append(self._t(codec.utc(since, "since")))
+        sql += " ORDER BY at DESC, seq DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(max(0, limit))
+        rows = [codec.row_to_log(r) for r in self._fetch(sql, params)]
+        rows.reverse()
+        return rows
+
+    def append_events(self, events: Sequence[EventRecord]) -> None:
+        self.save_many([], events=events)
+
+    def events(
+        self,
+        task_id: str | None = None,
+        *,
+        since: datetime | None = None,
+        types: frozenset[str] | None = None,
+        limit: int | None = None,
+    ) -> list[EventRecord]:
+        parts: list[str] = []
+        params: list[Any] = []
+        if task_id is not None:
+            parts.append("task_id = ?")
+            params.append(task_id)
+        if since is not None:
+            parts.append("at > ?")
+            params.append(self._t(codec.utc(since, "since")))
+        if types is not None:
+            sql, p = self.dialect.in_list("type", sorted(types))
+            parts.append(sql)
+            params += p
+        where = ("WHERE " + " AND ".join(parts)) if parts else ""
+        sql = f"SELECT {_cols(codec.EVENT_COLUMNS)} FROM events {where} ORDER BY at DESC, seq DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(max(0, limit))
+        rows = [codec.row_to_event(r) for r in self._fetch(sql, params)]
+        rows.reverse()
+        return rows
+
+    # ------------------------------------------------------- side channel
+    def touch_many(self, touches: Sequence[Touch]) -> None:
+        if touches:
+            self.record_batch(touches=touches)
+
+    # ----------------------------------------------------------- commands
+    def submit_command(self, command: Command) -> None:
+        row = codec.command_to_row(command)
+        row.update(
+            state=CommandState.PENDING.value,
+            claimed_by=None,
+            lease_until=None,
+            completed_at=None,
+            outcome=None,
+        )
+        with self._write() as conn:
+            conn.execute(
+                self._sql(
+                    f"INSERT INTO commands ({_COMMANDS}) VALUES ({_marks(codec.COMMAND_COLUMNS)}) "
+                    "ON CONFLICT (command_id) DO NOTHING"
+                ),
+                self._timed(row, _COMMAND_TIMES),
+            )
+
+    def claim_commands(
+        self,
+        *,
+        owner: str,
+        now: datetime,
+        lease_seconds: float,
+        limit: int = 50,
+        task_ids: frozenset[str] | None = None,
+    ) -> list[Command]:
+        now_utc = codec.utc_req(now, "now")
+        until = self._t(now_utc + timedelta(seconds=lease_seconds))
+        cond = "(state = 'pending' OR (state = 'claimed' AND lease_until <= ?))"
+        params: list[Any] = [self._t(now_utc)]
+        if task_ids is not None:
+            sql, p = self.dialect.in_list("task_id", sorted(task_ids))
+            cond += f" AND {sql}"
+            params += p
+        with self._write() as conn:
+            cur = conn.execute(
+                self._sql(
+                    "UPDATE commands SET state = 'claimed', claimed_by = ?, lease_until = ? "
+                    f"WHERE seq IN (SELECT seq FROM commands WHERE {cond} ORDER BY seq LIMIT ?"
+                    f"{self.dialect.claim_lock}) RETURNING seq, {_COMMANDS}"
+                ),
+                [owner, until, *params, max(0, limit)],
+            )
+            rows = [_row(cur, v) for v in cur.fetchall()]
+        rows.sort(key=lambda r: r["seq"])
+        return [codec.row_to_command(r) for r in rows]
+
+    def complete_command(
+        self,
+        command_id: str,
+        *,
+        now: datetime,
+        outcome: Mapping[str, Any] | None = None,
+        state: CommandState = CommandState.DONE,
+    ) -> None:
+        if state not in (CommandState.DONE, CommandState.REJECTED):
+            raise StoreError(f"command {command_id}: a command completes as done or rejected")
+        at = self._t(codec.utc_req(now, "now"))
+        out = codec.dumps_obj(outcome, f"command {command_id} outcome")
+        with self._write() as conn:
+            cur = conn.execute(
+                self._sql(
+                    "UPDATE commands SET state = ?, completed_at = ?, outcome = ? "
+                    "WHERE command_id = ? AND state IN ('pending', 'claimed')"
+                ),
+                (state.value, at, out, command_id),
+            )
+            if cur.rowcount == 0:
+                found = conn.execute(
+                    self._sql("SELECT 1 FROM commands WHERE command_id = ?"), (command_id,)
+                ).fetchone()
+                if found is None:
+                    raise StoreError(f"no command with id {command_id!r} in {self.url}")
+
+    def get_command(self, command_id: str) -> Command | None:
+        r = self._one(f"SELECT {_COMMANDS} FROM commands WHERE command_id = ?", (command_id,))
+        return None if r is None else codec.row_to_command(r)
+
+    def commands(
+        self, task_id: str | None = None, *, state: CommandState | None = None
+    ) -> list[Command]:
+        parts: list[str] = []
+        params: list[Any] = []
+        if task_id is not None:
+            parts.append("task_id = ?")
+            params.append(task_id)
+        if state is not None:
+            parts.append("state = ?")
+            params.append(CommandState(state).value)
+        where = ("WHERE " + " AND ".join(parts)) if parts else ""
+        rows = self._fetch(f"SELECT {_COMMANDS} FROM commands {where} ORDER BY seq", params)
+        return [codec.row_to_command(r) for r in rows]
+
+    # ------------------------------------------------------- owners, runs
+    def upsert_owner(self, owner: OwnerRecord) -> None:
+        row = codec.owner_to_row(owner)
+        with self._write() as conn:
+            conn.execute(
+                self._sql(upsert("owners", codec.OWNER_COLUMNS, ("owner_id",))),
+                self._timed(row, ("started_at", "heartbeat_at")),
+            )
+
+    def owners(self) -> list[OwnerRecord]:
+        rows = self._fetch(f"SELECT {_cols(codec.OWNER_COLUMNS)} FROM owners ORDER BY owner_id")
+        return [codec.row_to_owner(r) for r in rows]
+
+    def save_run(self, run: RunRecord) -> None:
+        row = codec.run_to_row(run)
+        with self._write() as conn:
+            conn.execute(
+                self._sql(upsert("runs", codec.RUN_COLUMNS, ("run_id",))),
+                self._timed(row, ("created_at", "updated_at")),
+            )
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        r = self._one(f"SELECT {_cols(codec.RUN_COLUMNS)} FROM runs WHERE run_id = ?", (run_id,))
+        return None if r is None else codec.row_to_run(r)
+
+    def list_runs(self, limit: int | None = None) -> list[RunRecord]:
+        sql = f"SELECT {_cols(codec.RUN_COLUMNS)} FROM runs ORDER BY created_at DESC"
+        params: list[Any] = []
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(max(0, limit))
+        return [codec.row_to_run(r) for r in self._fetch(sql, params)]
+
+    # ---------------------------------------------------------------- ops
+    def prune(self, *, keep_terminal: int) -> int:
+        if keep_terminal < 0:
+            raise ValueError(f"keep_terminal must be >= 0, got {keep_terminal}")
+        status_sql, params = self.dialect.in_list("status", _TERMINAL_VALUES)
+        with self._write() as conn:
+            cur = conn.execute(
+                self._sql(
+                    "DELETE FROM tasks WHERE seq IN (SELECT seq FROM tasks "
+                    f"WHERE {status_sql} {task_order('newest')} "
+                    f"LIMIT {self.dialect.no_limit} OFFSET ?)"
+                ),
+                [*params, keep_terminal],
+            )
+            return int(cur.rowcount)
