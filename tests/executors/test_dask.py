@@ -199,7 +199,7 @@ def test_default_is_a_lazy_local_cluster_sized_for_two_cores(
         "n_workers": 2,
         "threads_per_worker": 1,
         "processes": True,
-        "dashboard_address": None,
+        "dashboard_address": ":0",  # a free port: 8787 may be taken (dask would warn)
     }
     assert isinstance(made["client_target"], FakeCluster)
     assert made["subscribed"] == [REPORT_TOPIC]  # reports are pushed to us

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
 from pathlib import Path
 
 import nbformat
@@ -47,7 +49,6 @@ def test_runs_top_to_bottom(path: Path, tmp_path: Path, monkeypatch: pytest.Monk
     nb = nbformat.read(path, as_version=4)
     _parametrise(nb, PARAMS.get(path.name, {}))
     monkeypatch.setenv("CHONGMING_STORE", str(tmp_path / "tasks.db"))
-    monkeypatch.setenv("MPLBACKEND", "Agg")
     workdir = tmp_path / "work"
     workdir.mkdir()
     client = NotebookClient(
@@ -61,3 +62,53 @@ def test_runs_top_to_bottom(path: Path, tmp_path: Path, monkeypatch: pytest.Monk
         o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"
     ]
     assert not errors
+    untidy = [f"cell {i}: {problem}" for i, problem in _untidy_outputs(nb)]
+    assert not untidy, untidy
+    left_behind = [
+        str(p.relative_to(workdir))
+        for p in workdir.rglob("*")
+        if p.is_file() and not _ignored_in_checkout(f"notebooks/{p.relative_to(workdir)}")
+    ]
+    assert not left_behind, f"{path.name} leaves files git does not ignore: {left_behind}"
+    if path.name.startswith("03-"):
+        images = [
+            o for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})
+        ]
+        assert images, "notebook 03 shows its charts inline"
+
+
+# What a reader should never see in an example's output: object reprs, raw datetimes and
+# timedeltas, record reprs.
+_UNTIDY = {
+    "a datetime repr": re.compile(r"datetime\.datetime\("),
+    "a raw timedelta": re.compile(r"\b\d+ days \d\d:\d\d:\d\d"),
+    "a record repr": re.compile(r"\b(?:LogRecord|Progress|TaskSnapshot|Failure)\("),
+}
+
+
+def _output_texts(cell: nbformat.NotebookNode) -> list[str]:
+    texts = []
+    for o in cell.get("outputs", []):
+        if o.output_type == "stream":
+            texts.append(o.text)
+        elif o.output_type in ("execute_result", "display_data"):
+            texts.append(o.data.get("text/plain", ""))
+    return texts
+
+
+def _untidy_outputs(nb: nbformat.NotebookNode) -> list[tuple[int, str]]:
+    found = []
+    for i, cell in enumerate(nb.cells):
+        for text in _output_texts(cell):
+            for what, pattern in _UNTIDY.items():
+                if m := pattern.search(text):
+                    found.append((i, f"{what}: {m.group(0)!r}"))
+            # one missing-value marker per table
+            if re.search(r"\bNaN\b", text) and "<NA>" in text:
+                found.append((i, "both NaN and <NA> in one output"))
+    return found
+
+
+def _ignored_in_checkout(relative: str) -> bool:
+    out = subprocess.run(["git", "check-ignore", "-q", relative], cwd=ROOT, capture_output=True)
+    return out.returncode == 0

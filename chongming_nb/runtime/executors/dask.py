@@ -577,7 +577,9 @@ class DaskExecutor:
                         n_workers=self._n_workers,
                         threads_per_worker=self._threads,
                         processes=True,
-                        dashboard_address=None,
+                        # a free port (cluster.dashboard_link): the default 8787 is often
+                        # taken by another cluster, and then dask warns into the cell
+                        dashboard_address=":0",
                     )
                 client = distributed.Client(self.cluster, set_as_default=False)
                 self._owns_client = True
