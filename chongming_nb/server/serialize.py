@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from chongming_nb.control.ownership import OwnerId
 from chongming_nb.core.models import AttemptRecord, Command, TaskSnapshot, Transition
 from chongming_nb.core.state_machine import CONTROL_VERBS, StateMachine
 from chongming_nb.stores.protocol import EventRecord, LogRecord, OwnerRecord
@@ -17,19 +18,16 @@ def iso(value: datetime | None) -> str | None:
 
 
 def parse_owner(owner: str | None) -> tuple[str | None, int | None, str | None]:
-    """``"host:pid:kernel_id"`` -> ``(host, pid, kernel_id)``; missing parts are None
-    (a controller outside a kernel writes ``-`` for the kernel id)."""
+    """An owner id (``host:pid:kernel_id:START-NONCE``, or the older
+    ``host:pid:kernel_id``) -> ``(host, pid, kernel_id)``; missing parts are None (a
+    controller outside a kernel writes ``-`` for the kernel id). The format is
+    ``chongming_nb.control.ownership.OwnerId``'s."""
     if not owner:
         return None, None, None
-    parts = owner.rsplit(":", 2)
-    if len(parts) != 3:
+    oid = OwnerId.parse(owner)
+    if oid is None:
         return owner, None, None
-    host, pid_text, kernel = parts
-    try:
-        pid: int | None = int(pid_text)
-    except ValueError:
-        pid = None
-    return host or None, pid, (kernel if kernel and kernel != "-" else None)
+    return oid.host or None, oid.pid, oid.kernel
 
 
 def can_flags(sm: StateMachine, snap: TaskSnapshot) -> tuple[dict[str, bool], dict[str, str]]:
