@@ -79,6 +79,7 @@ from chongming_nb.core.policies import (
 )
 from chongming_nb.core.state_machine import CONTROL_VERBS, VERBS, StateMachine
 from chongming_nb.core.states import OCCUPIED, TERMINAL, UNOCCUPIED, TaskStatus
+from chongming_nb.core.validation import check_same_call
 from chongming_nb.runtime import timeouts
 from chongming_nb.runtime.clock import SYSTEM_CLOCK
 from chongming_nb.runtime.executors import (
@@ -518,7 +519,17 @@ class Controller:
             bucket = self.buckets.bucket_for(bucket_key)
         with self._lock:
             if idempotency_key is not None and idempotency_key in self._by_key:
-                return TaskHandle(self, self._by_key[idempotency_key])
+                first_id = self._by_key[idempotency_key]
+                first = self._tasks[first_id]
+                check_same_call(
+                    idempotency_key,
+                    first_id,
+                    (first.fn, first.args, first.kwargs, first.inject),
+                    fn,
+                    tuple(args),
+                    kwargs,
+                )
+                return TaskHandle(self, first_id)
             deps: list[str] = []
             for d in after:
                 tid = getattr(d, "id", d)

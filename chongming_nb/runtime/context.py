@@ -116,7 +116,12 @@ class TaskContext:
         message: str | None = None,
     ) -> None:
         """Report progress. Any argument left out keeps its previous value. The task's
-        snapshot always shows the latest value; events are throttled by the controller."""
+        snapshot always shows the latest value; events are throttled by the controller.
+
+        Not a checkpoint: a stop or pause is never delivered here (so a progress report
+        is safe anywhere, a ``finally:`` included). It counts as a sign of life for the
+        idle timeout. Loops that should be stoppable call ``checkpoint()`` too, or
+        iterate with ``track()``, which does both."""
         self.token.beats += 1
         self._reporter.progress(done, total, unit, message)
 
