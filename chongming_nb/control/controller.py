@@ -158,6 +158,7 @@ class _Task:
     started_mono: float | None = None
     timeout_kind: FailureKind | None = None
     stop_reason: str | None = None
+    stop_failure: Failure | None = None  # a cancel's failure; None for a stop (no failure)
     upstream: dict[str, Any] | None = None
     node: str | None = None
 
@@ -839,6 +840,7 @@ class Controller:
         t.live = None
         t.timeout_kind = None
         t.stop_reason = None
+        t.stop_failure = None
         mono = self._clock.monotonic()
         t.starting_since = mono
         t.started_mono = None
@@ -1152,7 +1154,7 @@ class Controller:
             return
         if outcome.kind == "cancelled":
             if st is S.STOPPING:
-                fail = Failure(FailureKind.CANCELLED, t.stop_reason or "stopped", retryable=False)
+                fail = t.stop_failure  # None for a stop: a stop is not a failure
                 self._end_attempt(t, S.STOPPED, fail)
                 self._apply(t, self._sm.confirm_stopped, failure=fail, reason=t.stop_reason)
                 return
@@ -1372,9 +1374,15 @@ class Controller:
                 self._apply(t, self._sm.mark_lost, reason=why)
         else:  # killed: a known outcome
             if s.status is S.STOPPING:
-                fail = Failure(FailureKind.CANCELLED, "terminated after the stop window")
+                fail = t.stop_failure
                 self._end_attempt(t, S.STOPPED, fail)
-                self._apply(t, self._sm.confirm_stopped, failure=fail, reason=t.stop_reason)
+                self._apply(
+                    t,
+                    self._sm.confirm_stopped,
+                    failure=fail,
+                    reason=t.stop_reason,
+                    detail="terminated after the stop window",
+                )
             else:
                 kind = t.timeout_kind or FailureKind.CANCELLED
                 if s.status is S.PAUSING:
@@ -1531,6 +1539,9 @@ class Controller:
                 self._raise(t, "stop")
                 self._apply(t, self._sm.request_stop, actor=actor, reason=reason)
             t.stop_reason = reason or ("cancelled" if cancel else f"stopped by {actor}")
+            t.stop_failure = (
+                Failure(kind or FailureKind.CANCELLED, t.stop_reason) if cancel else None
+            )
             if t.snap.status is S.STOPPING:
                 if t.handle is not None:
                     t.handle.request_stop(t.stop_reason)
@@ -1854,7 +1865,7 @@ class Controller:
             elif verb == "retry":
                 self.retry(task_id, force=True, actor=actor)
             else:
-                self.skip(task_id, reason=opts.get("reason") or f"skipped by {actor}", actor=actor)
+                self.skip(task_id, reason=opts.get("reason"), actor=actor)  # who: the outcome
         except Exception as exc:  # raced with another change: report, do not raise
             return False, str(exc)
         return True, None

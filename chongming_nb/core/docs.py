@@ -264,6 +264,54 @@ _GUARDS = [
 ]
 
 
+_FAILURE_MEANINGS = {
+    "exception": "the task raised (full traceback kept)",
+    "nonzero_exit": "a process exited with a non-zero code or crashed",
+    "timeout_start": "the attempt did not start within `Timeout.start`",
+    "timeout_attempt": "the attempt ran longer than `Timeout.per_attempt`",
+    "timeout_idle": "no checkpoint or heartbeat within `Timeout.idle`",
+    "cancelled": "the orchestrator cancelled it (a pipeline's fail-fast, reconcile)",
+    "lost": "the carrier vanished or did not stop in time: result unknown",
+    "dependency_failed": "a dependency failed, so it never ran",
+    "condition_false": "a pipeline condition said no (the node is skipped)",
+}
+
+
+def _failures_section() -> list[str]:
+    from chongming_nb.core.models import ACTOR_SOURCE_LABELS, ACTOR_SOURCES, FailureKind
+
+    return [
+        "## Failures, and who ended a task",
+        "",
+        "`Failure.kind` says why an attempt did not succeed (timeouts are kinds, not",
+        "states):",
+        "",
+        "| kind | meaning |",
+        "| --- | --- |",
+        *(f"| `{k.value}` | {_FAILURE_MEANINGS[k.value]} |" for k in FailureKind),
+        "",
+        "**A stop is not a failure.** A task someone stopped (the widget, the sidebar, the",
+        "CLI, `h.stop()`, a pipeline's `run.stop()`) ends `stopped` with no `failure`; its",
+        "attempt has outcome `stopped` and no `failure_kind` in `attempts_df()`. A skip by",
+        "a person records no failure either. A cancel keeps its failure (`cancelled` or",
+        "`dependency_failed`): it is the orchestrator's consequence of something else",
+        "failing. A stop that the executor had to enforce is recorded honestly: a thread",
+        "that never reached a checkpoint is `lost` (kind `lost`); a process terminated",
+        "after the stop window is `stopped`, with that noted in the outcome.",
+        "",
+        "Who ended a `stopped`, `cancelled` or `skipped` task, and why, is kept in its",
+        'snapshot\'s `outcome`: `{"by": actor, "reason": reason}` (plus `"detail"` when the',
+        "executor had to step in); when is `ended_at`. Rows show it as the source of the",
+        "verb (`ended_by`) and the reason (`end_reason`):",
+        "",
+        "| `ended_by` | row text |",
+        "| --- | --- |",
+        *(f"| `{src}` | stopped {ACTOR_SOURCE_LABELS[src]} at 14:03:07 |" for src in ACTOR_SOURCES),
+        "",
+        "`retry` and `reset` clear the outcome with the failure.",
+    ]
+
+
 def render_state_table() -> str:
     """The full Markdown text of ``docs/states.md``."""
     sm = StateMachine(_FixedClock())
@@ -282,5 +330,7 @@ def render_state_table() -> str:
         *_events_section(sm),
         "",
         *_GUARDS,
+        "",
+        *_failures_section(),
     ]
     return "\n".join(lines) + "\n"

@@ -29,6 +29,80 @@ class FailureKind(StrEnum):
     CONDITION_FALSE = "condition_false"
 
 
+#: Where a verb that ended a task came from, as a person reads it. ``actor_source``
+#: maps the free-form actor strings of transitions and commands onto these.
+ACTOR_SOURCES: tuple[str, ...] = ("widget", "sidebar", "cli", "api", "pipeline", "system")
+#: How a row says who ended a task: "stopped {label} at 14:03".
+ACTOR_SOURCE_LABELS: Mapping[str, str] = {
+    "widget": "from the widget",
+    "sidebar": "from the sidebar",
+    "cli": "from the CLI",
+    "api": "from Python",
+    "pipeline": "by its pipeline",
+    "system": "by the system",
+}
+
+_SOURCE_OF_ACTOR: dict[str, str] = {
+    "widget": "widget",
+    "sidebar": "sidebar",
+    "cli": "cli",
+    "user": "api",
+    "api": "api",
+    "ui": "api",
+    "magic": "api",
+    "store": "api",
+    "orchestrator": "pipeline",
+    "pipeline": "pipeline",
+}
+
+
+def actor_source(actor: str | None) -> str | None:
+    """``"sidebar:alice"`` -> ``"sidebar"``, ``"cli:root"`` -> ``"cli"``, ``"user"`` (a
+    call from Python) -> ``"api"``, the orchestrator -> ``"pipeline"``; anything else
+    (reconcile, supervisor, executor, ...) -> ``"system"``. None stays None."""
+    if not actor:
+        return None
+    head = actor.split(":", 1)[0].strip().lower()
+    return _SOURCE_OF_ACTOR.get(head, "system")
+
+
+def ended_by_outcome(actor: str, reason: str | None, detail: str | None = None) -> dict[str, Any]:
+    """``TaskSnapshot.outcome`` of a task a verb ended (stopped, cancelled, skipped):
+    who asked and why, if they said. The time is ``ended_at``. A stop is not a failure:
+    a stopped task has no ``failure`` (its attempt records outcome ``stopped`` and no
+    ``failure_kind``); a cancel keeps its ``Failure`` (kind ``cancelled`` or
+    ``dependency_failed``) as well. ``detail``: what the executor had to do (e.g. a
+    process terminated after the stop window)."""
+    out: dict[str, Any] = {"by": actor, "reason": reason}
+    if detail is not None:
+        out["detail"] = detail
+    return out
+
+
+def ended_by(s: TaskSnapshot) -> Mapping[str, Any] | None:
+    """The :func:`ended_by_outcome` of a stopped, cancelled or skipped task, else None."""
+    if s.status not in _ENDED_BY_VERB:
+        return None
+    out = s.outcome
+    if out is None or not isinstance(out.get("by"), str):
+        return None
+    return out
+
+
+def end_summary(s: TaskSnapshot) -> tuple[str | None, str | None]:
+    """``(source, note)`` of a task a verb ended: where the verb came from (one of
+    ``ACTOR_SOURCES``) and the reason given, else what the executor had to do; both
+    None for any other task. What the widget's and the sidebar's rows carry."""
+    ended = ended_by(s)
+    if ended is None:
+        return None, None
+    note = ended.get("reason") or ended.get("detail")
+    return actor_source(str(ended["by"])), None if note is None else str(note)
+
+
+_ENDED_BY_VERB = frozenset({TaskStatus.STOPPED, TaskStatus.CANCELLED, TaskStatus.SKIPPED})
+
+
 @fast_init
 @dataclass(frozen=True, slots=True)
 class Progress:

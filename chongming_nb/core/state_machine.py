@@ -41,6 +41,7 @@ from chongming_nb.core.models import (
     _evolve_status,
     _evolve_status_keep_retry,
     _evolve_succeeded,
+    ended_by_outcome,
 )
 from chongming_nb.core.states import (
     OCCUPIED,
@@ -237,22 +238,25 @@ class StateMachine:
         reason: str | None = None,
         trigger: str = "user:stop",
     ) -> Result:
-        """Unoccupied -> STOPPED at once; occupied -> STOPPING (grace window)."""
+        """Unoccupied -> STOPPED at once; occupied -> STOPPING (grace window).
+
+        A stop is not a failure: the stopped task has no ``failure``; its ``outcome``
+        says who stopped it and why (:func:`ended_by_outcome`), set already on STOPPING
+        so that ``confirm_stopped`` keeps it."""
         self._require(s, "stop")
+        ended = ended_by_outcome(actor, reason)
         if s.status in _STOP_AT_ONCE:
-            default = (
-                "stopped before it started" if s.started_at is None else "stopped while paused"
-            )
-            failure = Failure(FailureKind.CANCELLED, reason or default)
             return self._apply(
                 s,
                 S.STOPPED,
                 trigger=trigger,
                 actor=actor,
                 reason=reason,
-                changes={"failure": failure},
+                changes={"failure": None, "outcome": ended},
             )
-        return self._apply(s, S.STOPPING, trigger=trigger, actor=actor, reason=reason)
+        return self._apply(
+            s, S.STOPPING, trigger=trigger, actor=actor, reason=reason, changes={"outcome": ended}
+        )
 
     def cancel(
         self,
@@ -265,6 +269,7 @@ class StateMachine:
         """Cascade cancel. Unoccupied -> CANCELLED at once; occupied -> STOPPING (the
         execution must still notice; it then ends STOPPED)."""
         self._require(s, "cancel")
+        ended = ended_by_outcome(actor, reason)
         if s.status in _CANCEL_AT_ONCE:
             return self._apply(
                 s,
@@ -272,9 +277,16 @@ class StateMachine:
                 trigger="orchestrator:cancel",
                 actor=actor,
                 reason=reason,
-                changes={"failure": Failure(kind, reason)},
+                changes={"failure": Failure(kind, reason), "outcome": ended},
             )
-        return self._apply(s, S.STOPPING, trigger="orchestrator:cancel", actor=actor, reason=reason)
+        return self._apply(
+            s,
+            S.STOPPING,
+            trigger="orchestrator:cancel",
+            actor=actor,
+            reason=reason,
+            changes={"outcome": ended},
+        )
 
     def skip(
         self,
@@ -284,9 +296,10 @@ class StateMachine:
         actor: str = "user",
         kind: FailureKind | None = None,
     ) -> Result:
-        """PENDING/BLOCKED/QUEUED -> SKIPPED."""
+        """PENDING/BLOCKED/QUEUED -> SKIPPED; ``kind`` records why a skip that is an
+        automatic decision was made (a pipeline's ``condition_false``)."""
         self._require(s, "skip")
-        changes: dict[str, Any] = {}
+        changes: dict[str, Any] = {"outcome": ended_by_outcome(actor, reason)}
         if kind is not None:
             changes["failure"] = Failure(kind, reason or kind.value)
         return self._apply(
@@ -471,19 +484,34 @@ class StateMachine:
         )
 
     def confirm_stopped(
-        self, s: TaskSnapshot, *, failure: Failure | None = None, reason: str | None = None
+        self,
+        s: TaskSnapshot,
+        *,
+        failure: Failure | None = None,
+        reason: str | None = None,
+        detail: str | None = None,
     ) -> Result:
-        """STOPPING -> STOPPED: the execution noticed the stop (a known outcome)."""
+        """STOPPING -> STOPPED: the execution noticed the stop (a known outcome). No
+        failure unless the stop came from a cancel (``failure``: its kind); the outcome
+        set by ``request_stop``/``cancel`` (who asked) stands, with ``detail`` (what the
+        executor had to do) added."""
         if s.status is not S.STOPPING:
             raise self._reject(s, "confirm_stopped", frozenset({S.STOPPING}))
-        fail = failure or Failure(FailureKind.CANCELLED, reason or "stopped", retryable=False)
+        changes: dict[str, Any] = {"failure": failure}
+        if detail is not None:
+            prev = s.outcome if s.outcome is not None and "by" in s.outcome else None
+            changes["outcome"] = ended_by_outcome(
+                str(prev["by"]) if prev else "executor",
+                prev.get("reason") if prev else reason,
+                detail,
+            )
         return self._apply(
             s,
             S.STOPPED,
             trigger="executor:stopped",
             actor="executor",
             reason=reason,
-            changes={"failure": fail},
+            changes=changes,
         )
 
     def mark_succeeded(
@@ -525,7 +553,13 @@ class StateMachine:
                 trigger="executor:failed",
                 actor="executor",
                 reason=failure.message,
-                changes={"failure": failure, "started_at": None, "retry_at": retry_at, "pid": None},
+                changes={
+                    "failure": failure,
+                    "outcome": None,
+                    "started_at": None,
+                    "retry_at": retry_at,
+                    "pid": None,
+                },
             )
         trigger = "retry:exhausted" if failure.retryable else "executor:failed"
         return self._apply(
@@ -534,7 +568,7 @@ class StateMachine:
             trigger=trigger,
             actor="executor",
             reason=failure.message,
-            changes={"failure": failure},
+            changes={"failure": failure, "outcome": None},  # a stop asked before: void
         )
 
     def mark_lost(self, s: TaskSnapshot, *, reason: str, actor: str = "supervisor") -> Result:

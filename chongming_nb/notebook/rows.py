@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from chongming_nb.core.models import TaskSnapshot
+from chongming_nb.core.models import ACTOR_SOURCE_LABELS, TaskSnapshot, end_summary
 from chongming_nb.notebook.schema import STATUSES, VERBS
 
 #: Longest last-message / log line kept in a row (the full line stays in the log).
@@ -100,6 +100,7 @@ def status_key(snap: TaskSnapshot) -> tuple[Any, ...]:
         snap.started_at,
         snap.ended_at,
         snap.failure,
+        snap.outcome,
         snap.name,
         snap.tags,
         snap.pipeline_run_id,
@@ -154,6 +155,7 @@ def build_row(
     failure = None
     if snap.failure is not None:
         failure = {"kind": str(snap.failure.kind), "message": clip(snap.failure.message)}
+    by, note = end_fields(snap)
     return {
         "id": snap.task_id,
         "name": snap.name,
@@ -166,12 +168,33 @@ def build_row(
         "started": epoch_ms(snap.started_at),
         "ended": epoch_ms(snap.ended_at),
         "failure": failure,
+        "ended_by": by,
+        "end_reason": note,
         "has_tb": bool(snap.failure is not None and snap.failure.traceback),
         "tags": sorted(snap.tags),
         "run": snap.pipeline_run_id,
         "requested": None if snap.requested_action is None else str(snap.requested_action.value),
         "can": {verb: bool(can.get(verb, (False, None))[0]) for verb in VERBS},
     }
+
+
+def end_fields(snap: TaskSnapshot) -> tuple[str | None, str | None]:
+    """``(ended_by, end_reason)`` of a row (see ``core.models.end_summary``)."""
+    by, note = end_summary(snap)
+    return by, clip(note)
+
+
+def end_text(row: Mapping[str, Any]) -> str | None:
+    """ "stopped from the sidebar at 14:03:07: not needed" for a row a verb ended."""
+    by = row.get("ended_by")
+    if not by:
+        return None
+    text = f"{row['status']} {ACTOR_SOURCE_LABELS.get(str(by), str(by))}"
+    ended = row.get("ended")
+    if ended is not None:
+        text += f" at {_fmt_time(ended)}"
+    note = row.get("end_reason")
+    return f"{text}: {note}" if note else text
 
 
 def summarize(rows: Iterable[Mapping[str, Any]]) -> dict[str, int]:
@@ -221,7 +244,8 @@ def render_plain(
     for row in rows[:limit]:
         prog = _fmt_progress(row)
         dur = _fmt_duration(row, now_ms)
-        bits = [str(row["name"]), f"[{row['status']}]", prog, dur, str(row.get("message") or "")]
+        msg = end_text(row) or row.get("message") or ""
+        bits = [str(row["name"]), f"[{row['status']}]", prog, dur, str(msg)]
         lines.append("  " + "  ".join(b for b in bits if b))
     if len(rows) > limit:
         lines.append(f"  … {len(rows) - limit} more")
@@ -253,8 +277,11 @@ def render_html(
     for row in rows[:limit]:
         msg = row.get("message") or ""
         failure = row.get("failure")
+        end = end_text(row)
         if failure:
             msg = f"{failure['kind']}: {failure['message']}"
+        if end:
+            msg = end if not failure else f"{end} ({msg})"
         cell = e(str(msg))
         tb = tbs.get(str(row["id"]))
         if tb:

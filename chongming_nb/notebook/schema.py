@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from chongming_nb.core.models import ACTOR_SOURCE_LABELS, ACTOR_SOURCES
 from chongming_nb.core.state_machine import CONTROL_VERBS
 from chongming_nb.core.states import TERMINAL, TaskStatus
 
@@ -100,7 +101,9 @@ ROW_FIELDS: Final[tuple[str, ...]] = (
     "created",  # epoch ms
     "started",  # epoch ms of the current/last attempt, None before the first
     "ended",  # epoch ms, None while not terminal
-    "failure",  # {"kind", "message"} or None
+    "failure",  # {"kind", "message"} or None (a stop is not a failure: None)
+    "ended_by",  # stopped/cancelled/skipped: who asked, one of ACTOR_SOURCES; else None
+    "end_reason",  # the reason they gave (or what the executor had to do), or None
     "has_tb",  # a traceback can be fetched with a "detail" request
     "tags",
     "run",  # pipeline run id or None
@@ -236,5 +239,7 @@ def schema_for_js() -> dict[str, Any]:
         "server_types": list(SERVER_TYPES),
         "row_fields": list(ROW_FIELDS),
         "kinds": list(KINDS),
+        "actor_sources": list(ACTOR_SOURCES),
+        "actor_labels": dict(ACTOR_SOURCE_LABELS),
         "ping_ms": int(PING_SECONDS * 1000),
     }

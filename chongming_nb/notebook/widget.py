@@ -35,6 +35,7 @@ import traitlets
 from chongming_nb.core.errors import TaskNotFound
 from chongming_nb.core.models import TaskSnapshot
 from chongming_nb.notebook import schema as S
+from chongming_nb.notebook._subshell import route_to_sender
 from chongming_nb.notebook.rows import (
     RateTracker,
     build_row,
@@ -310,6 +311,9 @@ class TaskTable(anywidget.AnyWidget):
             rows_at=epoch_ms(self._clock.now()) or 0.0,
         )
         self.on_msg(self._on_custom_msg)
+        # clicks are handled on the subshell the front end sends them on, also while a
+        # cell runs (see _subshell: ipykernel would queue them behind the cell)
+        route_to_sender(self.comm)
         _PINGER.add(self)
 
     # ------------------------------------------------------------------ queries

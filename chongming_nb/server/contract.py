@@ -15,6 +15,7 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
+from chongming_nb.core.models import ACTOR_SOURCE_LABELS, ACTOR_SOURCES
 from chongming_nb.core.state_machine import CONTROL_VERBS
 from chongming_nb.core.states import OCCUPIED, REVIVABLE, TERMINAL, TaskStatus
 
@@ -66,6 +67,16 @@ def render_contract() -> str:
         f"export const CONTROL_VERBS = {_ts_list(CONTROL_VERBS)} as const;",
         "",
         "export type ControlVerb = (typeof CONTROL_VERBS)[number];",
+        "",
+        "// where the verb that ended a stopped/cancelled/skipped task came from (row.ended_by)",
+        f"export const ACTOR_SOURCES = {_ts_list(ACTOR_SOURCES)} as const;",
+        "",
+        "export type ActorSource = (typeof ACTOR_SOURCES)[number];",
+        "",
+        "// 'stopped {label} at 14:03'",
+        "export const ACTOR_SOURCE_LABELS: Readonly<Record<ActorSource, string>> = {",
+        *(f"  {src}: {json.dumps(ACTOR_SOURCE_LABELS[src])}," for src in ACTOR_SOURCES),
+        "};",
         "",
         f"export const API_NAMESPACE = {json.dumps(API_NAMESPACE)};",
         "",

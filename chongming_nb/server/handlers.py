@@ -255,7 +255,9 @@ class TaskCommandsHandler(_Base):
             return
         user = self.current_user
         who = getattr(user, "username", None) or str(user or "anonymous")
-        actor = f"sidebar:{who[:60]}"
+        # only the widget's fallback (its click, also sent here while the kernel is
+        # busy) carries a request key: it is recorded as the widget's verb
+        actor = f"{'widget' if request_key else 'sidebar'}:{who[:60]}"
         now = self.cm.clock.now()
         args: dict[str, Any] = {}
         if verb == "retry":

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from chongming_nb.control.ownership import OwnerId
-from chongming_nb.core.models import AttemptRecord, Command, TaskSnapshot, Transition
+from chongming_nb.core.models import AttemptRecord, Command, TaskSnapshot, Transition, end_summary
 from chongming_nb.core.state_machine import CONTROL_VERBS, StateMachine
 from chongming_nb.stores.protocol import EventRecord, LogRecord, OwnerRecord
 
@@ -131,6 +131,7 @@ def task_row(
             "exception_type": f.exception_type,
         }
     can, why = can_flags(sm, snap) if flags is None else flags(snap)
+    ended_by, end_reason = end_summary(snap)
     return {
         "task_id": snap.task_id,
         "name": snap.name,
@@ -146,6 +147,8 @@ def task_row(
         "ended_at": iso(snap.ended_at),
         "duration_s": duration,
         "failure": failure,
+        "ended_by": ended_by,
+        "end_reason": end_reason,
         "tags": sorted(snap.tags),
         "pipeline_run_id": snap.pipeline_run_id,
         "owner": snap.lease_owner,

@@ -6,7 +6,7 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
-import { API_NAMESPACE, ControlVerb, TaskStatus } from './contract';
+import { ActorSource, API_NAMESPACE, ControlVerb, TaskStatus } from './contract';
 
 export interface ProgressInfo {
   done: number;
@@ -40,6 +40,10 @@ export interface TaskRow {
   /** Seconds the current attempt ran (ended tasks) or had run when the row was built. */
   duration_s: number | null;
   failure: FailureInfo | null;
+  /** Stopped, cancelled or skipped: where the verb came from (a stop is not a failure). */
+  ended_by: ActorSource | null;
+  /** The reason given with that verb, or what the executor had to do. */
+  end_reason: string | null;
   tags: string[];
   pipeline_run_id: string | null;
   owner: string | null;

@@ -16,6 +16,21 @@ export const CONTROL_VERBS = ["pause", "resume", "stop", "retry", "skip"] as con
 
 export type ControlVerb = (typeof CONTROL_VERBS)[number];
 
+// where the verb that ended a stopped/cancelled/skipped task came from (row.ended_by)
+export const ACTOR_SOURCES = ["widget", "sidebar", "cli", "api", "pipeline", "system"] as const;
+
+export type ActorSource = (typeof ACTOR_SOURCES)[number];
+
+// 'stopped {label} at 14:03'
+export const ACTOR_SOURCE_LABELS: Readonly<Record<ActorSource, string>> = {
+  widget: "from the widget",
+  sidebar: "from the sidebar",
+  cli: "from the CLI",
+  api: "from Python",
+  pipeline: "by its pipeline",
+  system: "by the system",
+};
+
 export const API_NAMESPACE = "chongming/api";
 
 export const FEED_MAX_WAIT_S = 30;

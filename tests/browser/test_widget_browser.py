@@ -123,8 +123,17 @@ def test_progress_pause_resume_stop_round_trip(notebook: Any) -> None:
     assert seen[-2:] == ["stopping", "stopped"], seen
 
 
-def test_stop_click_while_a_cpu_bound_cell_runs(notebook: Any) -> None:
-    nb = notebook("busy.ipynb", [SETUP, BUSY])
+@pytest.mark.parametrize(
+    "make_ctl",
+    ["cn.Controller()", "cn.get_controller()"],
+    ids=["no-store", "store"],
+)
+def test_stop_click_while_a_cpu_bound_cell_runs(notebook: Any, make_ctl: str) -> None:
+    """The click reaches the kernel over the widget's comm subshell (without a store
+    there is no other way), and with a store too."""
+    setup = SETUP.replace("ctl = cn.get_controller()", f"ctl = {make_ctl}")
+    assert f"ctl = {make_ctl}" in setup
+    nb = notebook(f"busy-{make_ctl[3:7]}.ipynb", [setup, BUSY])
     nb.run(0)
     r = row(nb)
     r.wait_for(timeout=30_000)

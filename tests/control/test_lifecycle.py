@@ -29,6 +29,7 @@ from chongming_nb import (
     TaskWarning,
     Timeout,
 )
+from chongming_nb.core.models import ended_by
 
 S = TaskStatus
 
@@ -49,9 +50,11 @@ def test_cooperative_stop(rig: Rig) -> None:
     assert snap.status is S.STOPPING and snap.requested_action is not None
     assert wait_status(ctl, h, S.STOPPED) is S.STOPPED  # no clock advance: it cooperated
     s = ctl.get(h)
-    assert s.failure is not None and s.failure.kind is FailureKind.CANCELLED
+    # a stop is not a failure: no Failure; the outcome says who asked
+    assert s.failure is None
+    assert ended_by(s) == {"by": "user", "reason": None}
     (att,) = ctl.attempts(h)
-    assert att.outcome is S.STOPPED and att.failure_kind is FailureKind.CANCELLED
+    assert att.outcome is S.STOPPED and att.failure_kind is None
     assert not att.abandoned
     wait_until(ctl, lambda: not h.running, what="thread exit")
     assert statuses(ctl, h)[-2:] == [S.STOPPING, S.STOPPED]

@@ -18,6 +18,7 @@ from chongming_nb import (
     TaskSnapshot,
     TaskStatus,
 )
+from chongming_nb.core.models import ended_by
 from chongming_nb.core.state_machine import replay
 from chongming_nb.core.states import RequestedAction
 from chongming_nb.testing import FakeClock
@@ -42,7 +43,10 @@ def test_stop_on_an_unoccupied_task_is_immediate(sm: StateMachine, make: MakeSna
     assert new.status is S.STOPPED
     assert new.requested_action is None
     assert new.ended_at == sm.clock.now()
-    assert new.failure is not None and new.failure.kind is FailureKind.CANCELLED
+    # a stop is not a failure: no Failure, the outcome says who stopped it and why
+    assert new.failure is None
+    assert new.outcome == {"by": "ana", "reason": "not needed"}
+    assert ended_by(new) == {"by": "ana", "reason": "not needed"}
     assert (tr.from_status, tr.to_status, tr.trigger) == (st, S.STOPPED, "user:stop")
     assert (tr.actor, tr.reason) == ("ana", "not needed")
 
@@ -419,8 +423,7 @@ def test_the_happy_path(sm: StateMachine, clock: FakeClock) -> None:
 def test_stopping_ends_stopped_lost_or_succeeded(sm: StateMachine, make: MakeSnap) -> None:
     s = make(S.STOPPING)
     stopped, _ = sm.confirm_stopped(s)
-    assert stopped.status is S.STOPPED and stopped.failure is not None
-    assert stopped.failure.kind is FailureKind.CANCELLED
+    assert stopped.status is S.STOPPED and stopped.failure is None
     lost, tr = sm.mark_lost(s, reason="thread abandoned after 10s")
     assert lost.status is S.LOST
     assert lost.failure == Failure(FailureKind.LOST, "thread abandoned after 10s")

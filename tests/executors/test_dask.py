@@ -54,10 +54,10 @@ def test_fifty_tasks_one_paused_one_stopped_progress_visible(ctl: cn.Controller)
     assert looping.wait(WAIT)
     snap = ctl.get(looping)
     assert snap.status is S.STOPPED
-    assert snap.failure is not None and snap.failure.kind is FailureKind.CANCELLED
+    assert snap.failure is None  # a stop is not a failure
+    assert snap.outcome is not None and "detail" not in snap.outcome  # it was cooperative
     rec = ctl.attempts(looping)[-1]
-    assert rec.abandoned is False
-    assert rec.failure_message != "terminated after the stop window"  # it was cooperative
+    assert rec.abandoned is False and rec.failure_kind is None
 
     assert [h.result(timeout=WAIT) for h in squares] == [i * i for i in range(50)]
     assert pausable.result(timeout=WAIT) == "resumed-ok"
@@ -108,8 +108,9 @@ def test_forced_stop_restarts_the_worker_and_is_recorded_stopped(
     snap = ctl.get(h)
     assert snap.status is S.STOPPED
     rec = ctl.attempts(h)[-1]
-    assert rec.abandoned is False
-    assert rec.failure_message == "terminated after the stop window"
+    assert rec.abandoned is False and rec.failure_kind is None
+    assert snap.outcome is not None
+    assert snap.outcome["detail"] == "terminated after the stop window"
     # the nanny brings a fresh worker back, and work goes on (a worker still starting
     # up on a loaded machine can be recycled by its nanny: the probe may retry)
     dask_client.wait_for_workers(2, timeout=WAIT)

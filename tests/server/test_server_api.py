@@ -134,6 +134,23 @@ async def test_command_round_trip(jp_fetch, kernel_store, two_kernels):
     assert info["claimed_by"] == two_kernels["a"]
     row = (await get_json(jp_fetch, "tasks", "t-run"))["task"]
     assert row["status"] == "stopped" and row["can"]["retry"]
+    # a stop is not a failure; the row says where it came from
+    assert row["failure"] is None
+    assert (row["ended_by"], row["end_reason"]) == ("sidebar", None)
+    assert row["ended_at"] is not None
+
+
+async def test_the_widgets_fallback_is_recorded_as_the_widgets_verb(
+    jp_fetch, kernel_store, two_kernels
+):
+    body = '{"verb": "stop", "request_key": "wabc:1", "reason": "enough rows"}'
+    r = await jp_fetch(*API, "tasks", "t-run", "commands", method="POST", body=body)
+    sent = json.loads(r.body)
+    queued = kernel_store.get_command(sent["command_id"])
+    assert queued is not None and queued.actor.startswith("widget:")
+    Claimer(kernel_store, two_kernels["a"]).step()
+    row = (await get_json(jp_fetch, "tasks", "t-run"))["task"]
+    assert row["status"] == "stopped" and row["ended_by"] == "widget"
 
 
 async def test_retry_is_forced_for_a_person(jp_fetch, kernel_store, two_kernels):

@@ -58,6 +58,7 @@ function render({ model, el }) {
   const verbs = schema.verbs || [];
   const bulkVerbs = schema.bulk_verbs || [];
   const labels = schema.verb_labels || {};
+  const actorLabels = schema.actor_labels || {};
   const statusRank = new Map(statuses.map((s, i) => [s, i]));
   const kind = model.get("kind") || "board";
   const single = kind === "task";
@@ -538,7 +539,11 @@ function render({ model, el }) {
       refs.attempt.textContent = r.attempt ? `${r.attempt}/${r.max_attempts}` : `–/${r.max_attempts}`;
       refs.started.textContent = clockText(r.started);
       refs.started.title = r.started ? new Date(r.started).toISOString() : "";
-      const msg = r.failure ? `${r.failure.kind}: ${r.failure.message}` : r.message || "";
+      // who ended it and when ("stopped from the widget at 14:03:07"): not a failure
+      const end = r.ended_by
+        ? `${r.status} ${actorLabels[r.ended_by] || r.ended_by} at ${clockText(r.ended)}${r.end_reason ? `: ${r.end_reason}` : ""}`
+        : "";
+      const msg = r.failure ? `${r.failure.kind}: ${r.failure.message}` : end || r.message || "";
       refs.msgText.textContent = msg;
       refs.msgText.title = msg;
       refs.msgText.classList.toggle("cn-failure", !!r.failure);
