@@ -10,6 +10,7 @@ import {
 } from '@jupyterlab/application';
 import { ICommandPalette, Notification } from '@jupyterlab/apputils';
 import { INotebookTracker } from '@jupyterlab/notebook';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { LabIcon } from '@jupyterlab/ui-components';
 import { Signal } from '@lumino/signaling';
@@ -17,6 +18,7 @@ import { Signal } from '@lumino/signaling';
 import { TasksClient } from './api';
 import { ControlVerb } from './contract';
 import { TaskModel } from './model';
+import { watchEnds } from './notify-lab';
 import { TasksPanel } from './sidebar';
 import { TaskStatusItem } from './statusbar';
 
@@ -41,13 +43,14 @@ const plugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
   description: 'Tasks sidebar and status bar for chongming_nb task controllers.',
   autoStart: true,
-  optional: [ILayoutRestorer, ICommandPalette, IStatusBar, INotebookTracker],
+  optional: [ILayoutRestorer, ICommandPalette, IStatusBar, INotebookTracker, ISettingRegistry],
   activate: (
     app: JupyterFrontEnd,
     restorer: ILayoutRestorer | null,
     palette: ICommandPalette | null,
     statusBar: IStatusBar | null,
-    notebooks: INotebookTracker | null
+    notebooks: INotebookTracker | null,
+    settings: ISettingRegistry | null
   ) => {
     const client = new TasksClient();
     const model = new TaskModel({ client });
@@ -146,6 +149,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
         activeStateChanged: activeChanged
       });
     }
+
+    watchEnds(app, model, settings, PLUGIN_ID);
 
     void model.run();
     // mark the document for tests and tools: the extension is up
