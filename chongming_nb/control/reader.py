@@ -10,6 +10,7 @@ from chongming_nb.control.controller import _status_set
 from chongming_nb.core.errors import TaskNotFound
 from chongming_nb.core.models import AttemptRecord, TaskSnapshot, Transition
 from chongming_nb.core.states import TaskStatus
+from chongming_nb.pictures import Timeline, from_source
 from chongming_nb.stores.protocol import LogRecord, TaskQuery
 
 
@@ -83,6 +84,13 @@ class StoreReader:
         snaps = self.list_tasks(**filters)
         trs = [t for s in reversed(snaps) for t in self.store.history(s.task_id)]
         return transitions_frame(trs, {s.task_id: s.name for s in snaps})
+
+    def timeline(self, **filters: Any) -> Timeline:
+        """The attempt timeline of the tasks ``filters`` select (the DataFrame filters,
+        plus ``since`` / ``until``): one lane per task, a slots strip underneath."""
+        return from_source(
+            self, title=f"attempts in {getattr(self.store, 'url', 'the store')}", **filters
+        )
 
     def close(self) -> None:
         self.store.close()

@@ -85,3 +85,27 @@ UNOCCUPIED: frozenset[TaskStatus] = frozenset(
 
 def is_terminal(status: TaskStatus) -> bool:
     return status in TERMINAL
+
+
+#: How each status reads when drawn — idle, active, warn, ok, bad or muted — for the
+#: rows, the sidebar and the pictures alike. A person's stop, cancel or skip is muted,
+#: never bad: it is not a failure.
+STATUS_TONES: Mapping[str, str] = MappingProxyType(
+    {
+        "pending": "idle",
+        "blocked": "idle",
+        "queued": "idle",
+        "starting": "active",
+        "running": "active",
+        "pausing": "warn",
+        "paused": "warn",
+        "retry_wait": "warn",
+        "stopping": "warn",
+        "succeeded": "ok",
+        "failed": "bad",
+        "stopped": "muted",
+        "cancelled": "muted",
+        "skipped": "muted",
+        "lost": "bad",
+    }
+)

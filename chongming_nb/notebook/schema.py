@@ -35,6 +35,7 @@ from typing import Any, Final
 
 from chongming_nb.core.models import ACTOR_SOURCE_LABELS, ACTOR_SOURCES
 from chongming_nb.core.state_machine import CONTROL_VERBS
+from chongming_nb.core.states import STATUS_TONES as _STATUS_TONES
 from chongming_nb.core.states import TERMINAL, TaskStatus
 
 SCHEMA_VERSION: Final = 1
@@ -43,24 +44,8 @@ SCHEMA_VERSION: Final = 1
 STATUSES: Final[tuple[str, ...]] = tuple(dict.fromkeys(s.value for s in TaskStatus))
 TERMINAL_STATUSES: Final[tuple[str, ...]] = tuple(s for s in STATUSES if TaskStatus(s) in TERMINAL)
 
-#: How a badge is coloured. The CSS knows tones only, never status names.
-STATUS_TONES: Final[Mapping[str, str]] = {
-    "pending": "idle",
-    "blocked": "idle",
-    "queued": "idle",
-    "starting": "active",
-    "running": "active",
-    "pausing": "warn",
-    "paused": "warn",
-    "retry_wait": "warn",
-    "stopping": "warn",
-    "succeeded": "ok",
-    "failed": "bad",
-    "stopped": "muted",
-    "cancelled": "muted",
-    "skipped": "muted",
-    "lost": "bad",
-}
+#: How a badge is coloured (the CSS knows tones only): one table, in the core.
+STATUS_TONES: Final[Mapping[str, str]] = _STATUS_TONES
 
 #: The per-row verbs (the control plane's verbs, from the core).
 VERBS: Final[tuple[str, ...]] = tuple(CONTROL_VERBS)

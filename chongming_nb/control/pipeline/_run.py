@@ -37,6 +37,7 @@ from chongming_nb.core.events import PipelineRunStatusChanged, TaskWarning
 from chongming_nb.core.models import FailureKind
 from chongming_nb.core.policies import AggregationKind
 from chongming_nb.core.states import TERMINAL, UNOCCUPIED, TaskStatus
+from chongming_nb.pictures import Timeline, from_source
 
 if TYPE_CHECKING:
     from chongming_nb.control.pipeline._pipeline import Pipeline
@@ -459,6 +460,11 @@ class PipelineRun:
         if info.role == "expander":
             return f"{info.node}.items"
         return info.node
+
+    def timeline(self, **filters: Any) -> Timeline:
+        """The attempt timeline of this run's tasks (compensations and map items included):
+        one lane per task, retry waits, pauses and stops marked, slots underneath."""
+        return from_source(self.ctl, pipeline_run_id=self.id, title=f"run {self.name}", **filters)
 
     def to_frame(self) -> Any:
         """One row per task of the run (map children and item tasks included) plus one
