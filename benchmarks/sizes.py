@@ -21,6 +21,7 @@ SIZES: dict[str, dict[str, dict[str, Any]]] = {
         "executors": {"tasks": 4, "work": 20_000},
         "widget": {"tasks": 100, "seconds": 1.0},
         "output": {"megabytes": 1, "repeats": 1},
+        "cell_loop": {"items": 20_000, "repeats": 2},
     },
     "full": {
         "overhead": {"items": 2_000_000, "calls": 2_000_000, "repeats": 5},
@@ -32,6 +33,7 @@ SIZES: dict[str, dict[str, dict[str, Any]]] = {
         "executors": {"tasks": 8, "work": 2_000_000},
         "widget": {"tasks": 10_000, "seconds": 10.0},
         "output": {"megabytes": 8, "repeats": 3},
+        "cell_loop": {"items": 2_000_000, "repeats": 5},
     },
 }
 
