@@ -239,7 +239,7 @@ def format_meter(
     if unit_scale and unit_scale is not True:
         n, total = n * float(unit_scale), (total * float(unit_scale) if total else total)
     num = (lambda x: _si(x, unit_divisor)) if unit_scale else (lambda x: f"{x:g}")
-    rate = n / elapsed if elapsed > 0 else None
+    rate = n / elapsed if elapsed > 0 and n else None
     rate_txt = "?" if rate is None else (_si(rate, unit_divisor) if unit_scale else f"{rate:.2f}")
     prefix = f"{desc}: " if desc else ""
     tail = f", {postfix}" if postfix else ""
@@ -678,6 +678,15 @@ class tqdm(Generic[T]):
         fp = sys.stdout if file is None else file
         fp.write(s + end)
 
+    @classmethod
+    def pandas(cls, **tqdm_kwargs: Any) -> None:
+        """Give pandas ``progress_apply`` / ``progress_map`` with this bar (as tqdm's
+        ``tqdm.pandas()``): Series and DataFrame ``progress_apply``, Series
+        ``progress_map``, DataFrame ``progress_map`` / ``progress_applymap`` and GroupBy
+        ``progress_apply``. Each call of the function is an item boundary: a pause blocks
+        before it, a stop raises :class:`Stopped` before it (no partial result)."""
+        _register_pandas(cls, tqdm_kwargs)
+
     @property
     def task_id(self) -> str | None:
         """The id of this loop's task (None when the loop is not on a controller)."""
@@ -757,6 +766,54 @@ def _len(iterable: Any) -> int | None:
         return len(iterable)
     except (TypeError, AttributeError):
         return None
+
+
+def _pandas_total(obj: Any, method: str, kwargs: Mapping[str, Any]) -> int | None:
+    ngroups = getattr(obj, "ngroups", None)
+    if ngroups is not None:
+        return int(ngroups)
+    if method in ("map", "applymap") and getattr(obj, "ndim", 1) == 2:
+        return int(obj.size)
+    if getattr(obj, "ndim", 1) == 1:
+        return len(obj)
+    axis = kwargs.get("axis", 0)
+    axis = 1 if axis in (1, "columns") else 0
+    # apply over axis 0 calls the function once per column, over axis 1 once per row
+    return int(obj.shape[1 - axis])
+
+
+def _register_pandas(cls: type[tqdm[Any]], tqdm_kwargs: Mapping[str, Any]) -> None:
+    from pandas import DataFrame, Series
+    from pandas.core.groupby.generic import DataFrameGroupBy, SeriesGroupBy
+
+    def progress(method: str) -> Any:
+        def run(self: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
+            options = dict(tqdm_kwargs)
+            total = options.pop("total", None)
+            if total is None:
+                total = _pandas_total(self, method, kwargs)
+            bar = cls(total=total, **options)
+
+            def wrapper(*a: Any, **k: Any) -> Any:
+                value = func(*a, **k)
+                # counted when done; the boundary check in update() comes before the
+                # next call
+                bar.update(1 if not bar.total or bar.n < bar.total else 0)
+                return value
+
+            with bar:
+                return getattr(self, method)(wrapper, *args, **kwargs)
+
+        run.__name__ = f"progress_{method}"
+        return run
+
+    Series.progress_apply = progress("apply")  # type: ignore[attr-defined]
+    Series.progress_map = progress("map")  # type: ignore[attr-defined]
+    DataFrame.progress_apply = progress("apply")  # type: ignore[attr-defined]
+    DataFrame.progress_map = progress("map")  # type: ignore[attr-defined]
+    DataFrame.progress_applymap = progress("map")  # type: ignore[attr-defined]
+    DataFrameGroupBy.progress_apply = progress("apply")  # type: ignore[attr-defined]
+    SeriesGroupBy.progress_apply = progress("apply")  # type: ignore[attr-defined]
 
 
 def trange(*args: int, **kwargs: Any) -> tqdm[int]:

@@ -340,3 +340,50 @@ def test_a_loop_off_the_main_thread_touches_no_signal(ctl: cn.Controller) -> Non
     t.start()
     t.join(10)
     assert done.is_set() and handlers == [before] * 3
+
+
+def test_pandas_hook_gives_the_same_results_and_counts_as_tqdms(ctl: cn.Controller) -> None:
+    import pandas as pd
+
+    df = pd.DataFrame({"a": range(40), "b": range(40, 80), "g": [i % 3 for i in range(40)]})
+    real_tqdm.tqdm.pandas(file=io.StringIO())
+    ref = {
+        "series_apply": df.a.progress_apply(lambda x: x * 2),
+        "series_map": df.a.progress_map(lambda x: x + 1),
+        "frame_rows": df.progress_apply(lambda r: r.a + r.b, axis=1),
+        "frame_cols": df.progress_apply(lambda c: c.sum()),
+        "groupby": df.groupby("g").progress_apply(lambda g: len(g)),
+    }
+    cn.tqdm.pandas(controller=ctl, desc="frame")
+    ours = {
+        "series_apply": df.a.progress_apply(lambda x: x * 2),
+        "series_map": df.a.progress_map(lambda x: x + 1),
+        "frame_rows": df.progress_apply(lambda r: r.a + r.b, axis=1),
+        "frame_cols": df.progress_apply(lambda c: c.sum()),
+        "groupby": df.groupby("g").progress_apply(lambda g: len(g)),
+    }
+    for key, value in ref.items():
+        assert value.equals(ours[key]), key
+    loops = ctl.list_tasks(name_prefix="frame")
+    assert len(loops) == 5 and {t.status for t in loops} == {S.SUCCEEDED}
+    done = sorted((t.progress.done, t.progress.total) for t in loops)  # type: ignore[union-attr]
+    assert done == sorted([(40, 40), (40, 40), (40, 40), (3, 3), (3, 3)])
+
+
+def test_a_stop_inside_progress_apply_leaves_no_partial_result(ctl: cn.Controller) -> None:
+    import pandas as pd
+
+    cn.tqdm.pandas(controller=ctl, desc="rows")
+    s = pd.Series(range(100))
+    calls: list[int] = []
+
+    def f(x: int) -> int:
+        calls.append(x)
+        if x == 9:
+            (task,) = ctl.list_tasks(name_prefix="rows", status={"running"})
+            ctl.stop(task.task_id)
+        return x
+
+    with pytest.raises(cn.Stopped, match="rows: stopped by you at 10 / 100"):
+        s.progress_apply(f)
+    assert calls == list(range(10))  # the stop landed before the 11th call
