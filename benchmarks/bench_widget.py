@@ -41,9 +41,9 @@ import comm as comm_module
 from benchmarks._ui import UnavailableError, chromium, percentile
 from benchmarks.common import result, safe_ratio
 from benchmarks.sizes import size_of
-from chongming_nb.notebook._fakes import FakeController, RecordingComm
 from chongming_nb.notebook.widget import _STATIC, TaskTable
 from chongming_nb.runtime.clock import SystemClock
+from chongming_nb.testing.widgets import FakeController, RecordingComm
 
 TICK = 0.1
 MAX_MESSAGES_PER_S = 10.0

@@ -7,6 +7,6 @@ Imported lazily by the control layer (``ctl.board()``, ``_repr_mimebundle_``), s
 from __future__ import annotations
 
 from chongming_nb.notebook.display import make_table, task_bundle
-from chongming_nb.notebook.widget import TaskTable, measure_update_traffic
+from chongming_nb.notebook.widget import TaskTable
 
-__all__ = ["TaskTable", "make_table", "measure_update_traffic", "task_bundle"]
+__all__ = ["TaskTable", "make_table", "task_bundle"]

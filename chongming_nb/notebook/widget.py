@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
-import json
 import logging
 import threading
 import time
@@ -718,61 +717,3 @@ class TaskTable(anywidget.AnyWidget):
     @property
     def closed(self) -> bool:
         return self._closed
-
-
-# --------------------------------------------------------------------------- benchmark
-
-
-def measure_update_traffic(
-    n_tasks: int = 10_000,
-    *,
-    seconds: float = 10.0,
-    tick: float = 0.02,
-    updates_per_task_per_second: float = 10.0,
-    max_rate: float = 10.0,
-) -> dict[str, float]:
-    """Benchmark hook: ``n_tasks`` tasks all reporting progress at once into one board,
-    in simulated time (a FakeClock, a recording comm, a fake controller).
-
-    Returns messages/s and bytes/s the widget sent (patches only), the mean patch size,
-    the kernel CPU seconds spent per simulated second on the widget side (event intake
-    plus flushing), and the number of events fed in.
-    """
-    from chongming_nb.notebook._fakes import FakeController, RecordingComm, recording_comms
-    from chongming_nb.testing import FakeClock
-
-    clock = FakeClock()
-    ctl = FakeController(clock=clock)
-    ids = [ctl.add(f"task-{i}", status="running", total=1000.0).task_id for i in range(n_tasks)]
-    with recording_comms():
-        table = TaskTable(ctl, kind="board", clock=clock, max_rate=max_rate, autoflush=False)
-        table.flush(force=True)
-        rec = table.comm
-        assert isinstance(rec, RecordingComm)
-        base = len(rec.custom_messages())
-        per_tick = max(1, int(n_tasks * updates_per_task_per_second * tick))
-        steps = int(seconds / tick)
-        cursor = 0
-        events = 0
-        cpu0 = time.process_time()
-        for _ in range(steps):
-            for _ in range(per_tick):
-                ctl.bump(ids[cursor % n_tasks], 1.0)
-                cursor += 1
-                events += 1
-            clock.advance(tick)
-            table.flush()
-        cpu = time.process_time() - cpu0
-        sent = [m for m in rec.custom_messages()[base:] if m["type"] == "patch"]
-        msgs = len(sent)
-        nbytes = sum(len(json.dumps(m, separators=(",", ":"))) for m in sent)
-        table.close()
-    return {
-        "n_tasks": float(n_tasks),
-        "simulated_seconds": seconds,
-        "events": float(events),
-        "messages_per_s": msgs / seconds,
-        "bytes_per_s": nbytes / seconds,
-        "mean_patch_bytes": nbytes / msgs if msgs else 0.0,
-        "cpu_s_per_s": cpu / seconds,
-    }

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import sys
 import urllib.error
 import urllib.request
 import uuid
@@ -23,6 +22,7 @@ import pytest
 from chongming_nb.core.models import Failure, FailureKind, Progress, TaskSnapshot
 from chongming_nb.core.states import TaskStatus
 from chongming_nb.stores import SqliteStore
+from chongming_nb.testing.lab import Notebook
 
 pytestmark = pytest.mark.browser
 
@@ -67,28 +67,6 @@ def status_in_store(store_path: Path, task_id: str) -> TaskStatus | None:
         store.close()
 
 
-def notebook_class(lab: Any, page: Any, name: str) -> Any:
-    """The conftest's Notebook driver for a page of our own (the factory binds ``page``)."""
-    here = Path(__file__).with_name("conftest.py")
-    module = next(
-        (
-            m
-            for m in list(sys.modules.values())
-            if getattr(m, "__file__", None) and Path(m.__file__) == here
-        ),
-        None,
-    )
-    if module is None:  # pytest registered it under another name: load the file itself
-        import importlib.util
-
-        spec = importlib.util.spec_from_file_location("chongming_browser_conftest", here)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["chongming_browser_conftest"] = module  # dataclasses look it up
-        spec.loader.exec_module(module)
-    return module.Notebook(lab, page, name)
-
-
 def forget_workspace(lab: Any) -> None:
     """Drop the saved layout, so the next page load opens only the notebook it names."""
     request = urllib.request.Request(
@@ -113,7 +91,7 @@ def test_sidebar_lists_two_notebooks_and_stops_a_task_while_its_kernel_is_busy(
         other_page = other.new_page()
         other_page.set_default_timeout(60_000)
         jupyter_lab.write_notebook("beta.ipynb", [submit_cell("beta-task")])
-        nb_b = notebook_class(jupyter_lab, other_page, "beta.ipynb").open()
+        nb_b = Notebook(jupyter_lab, other_page, "beta.ipynb").open()
         nb_b.run(0)
         beta = task_id_from(nb_b)
     finally:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from chongming_nb.notebook._fakes import RecordingComm
 from chongming_nb.notebook.widget import TaskTable
+from chongming_nb.testing.widgets import RecordingComm
 
 
 def rec(table: TaskTable) -> RecordingComm:

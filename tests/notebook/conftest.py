@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from chongming_nb.notebook._fakes import FakeController, RecordingComm, recording_comms
 from chongming_nb.testing import FakeClock
+from chongming_nb.testing.widgets import FakeController, RecordingComm, recording_comms
 
 
 @pytest.fixture

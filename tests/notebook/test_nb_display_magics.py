@@ -10,7 +10,6 @@ import pytest
 
 import chongming_nb as cn
 from chongming_nb.notebook import display
-from chongming_nb.notebook._fakes import FakeController, recording_comms
 from chongming_nb.notebook.magics import (
     TaskMagics,
     compile_cell,
@@ -18,6 +17,7 @@ from chongming_nb.notebook.magics import (
     parse_task_line,
 )
 from chongming_nb.notebook.widget import TaskTable
+from chongming_nb.testing.widgets import FakeController, recording_comms
 
 XSS = "<img src=x onerror=alert(1)>"
 

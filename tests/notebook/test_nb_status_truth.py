@@ -13,9 +13,9 @@ import pytest
 import chongming_nb as cn
 from chongming_nb.core.models import ACTOR_SOURCES, actor_source, end_summary
 from chongming_nb.notebook import display
-from chongming_nb.notebook._fakes import recording_comms
 from chongming_nb.notebook.rows import end_text
 from chongming_nb.notebook.widget import TaskTable
+from chongming_nb.testing.widgets import recording_comms
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ from ipykernel import version_info
 from ipykernel.comm.comm import BaseComm
 
 from chongming_nb.notebook import _subshell
-from chongming_nb.notebook._fakes import recording_comms
 from chongming_nb.notebook._subshell import route_to_sender
+from chongming_nb.testing.widgets import recording_comms
 
 
 def published_from_main_shell() -> Any:

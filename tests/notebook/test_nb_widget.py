@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from chongming_nb.core.state_machine import CONTROL_VERBS
 from chongming_nb.notebook import schema as S
-from chongming_nb.notebook._fakes import FakeController, recording_comms
-from chongming_nb.notebook.widget import TaskTable, measure_update_traffic
+from chongming_nb.notebook.widget import TaskTable
 from chongming_nb.testing import FakeClock
+from chongming_nb.testing.widgets import FakeController, measure_update_traffic, recording_comms
 
 
 def acks(table: TaskTable) -> list[dict[str, Any]]:

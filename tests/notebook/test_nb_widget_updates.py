@@ -13,10 +13,10 @@ from _board import patches, rec
 from chongming_nb.core.state_machine import CONTROL_VERBS
 from chongming_nb.notebook import schema as S
 from chongming_nb.notebook import widget as W
-from chongming_nb.notebook._fakes import FakeController
 from chongming_nb.notebook.rows import PROGRESS_FIELDS, RateTracker, progress_fields
 from chongming_nb.notebook.widget import TaskTable
 from chongming_nb.testing import FakeClock
+from chongming_nb.testing.widgets import FakeController
 
 
 def board(fctl: FakeController, clock: FakeClock, **kw: Any) -> TaskTable:

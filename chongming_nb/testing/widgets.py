@@ -1,14 +1,21 @@
-"""Test doubles for the widget layer: a small controller with the real state machine, and
-a recording comm so a widget can run without a kernel or a browser.
+"""Test doubles for the widget layer, so a widget (``TaskTable``) can run without a kernel
+or a browser:
 
-Used by ``tests/notebook`` and by :func:`chongming_nb.notebook.widget.measure_update_traffic`.
+* :class:`FakeController` — an in-memory controller with the methods the widget and the
+  magics use; its verbs go through the real state machine;
+* :class:`RecordingComm` and :func:`recording_comms` — a comm that records what the widget
+  sends instead of sending it;
+* :func:`measure_update_traffic` — the widget's update traffic for a board of many busy
+  tasks, in simulated time (the benchmark hook).
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -29,6 +36,16 @@ from chongming_nb.core.events import (
 from chongming_nb.core.models import Failure, FailureKind, Progress, TaskSnapshot, Transition
 from chongming_nb.core.state_machine import CONTROL_VERBS, StateMachine
 from chongming_nb.core.states import TaskStatus
+from chongming_nb.notebook.widget import TaskTable
+from chongming_nb.testing.clock import FakeClock
+
+__all__ = [
+    "FakeController",
+    "FakeLog",
+    "RecordingComm",
+    "measure_update_traffic",
+    "recording_comms",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,3 +332,55 @@ def recording_comms() -> Iterator[list[RecordingComm]]:
         yield made
     finally:
         comm.create_comm = original
+
+
+def measure_update_traffic(
+    n_tasks: int = 10_000,
+    *,
+    seconds: float = 10.0,
+    tick: float = 0.02,
+    updates_per_task_per_second: float = 10.0,
+    max_rate: float = 10.0,
+) -> dict[str, float]:
+    """Benchmark hook: ``n_tasks`` tasks all reporting progress at once into one board,
+    in simulated time (a FakeClock, a recording comm, a fake controller).
+
+    Returns messages/s and bytes/s the widget sent (patches only), the mean patch size,
+    the kernel CPU seconds spent per simulated second on the widget side (event intake
+    plus flushing), and the number of events fed in.
+    """
+    clock = FakeClock()
+    ctl = FakeController(clock=clock)
+    ids = [ctl.add(f"task-{i}", status="running", total=1000.0).task_id for i in range(n_tasks)]
+    with recording_comms():
+        table = TaskTable(ctl, kind="board", clock=clock, max_rate=max_rate, autoflush=False)
+        table.flush(force=True)
+        rec = table.comm
+        assert isinstance(rec, RecordingComm)
+        base = len(rec.custom_messages())
+        per_tick = max(1, int(n_tasks * updates_per_task_per_second * tick))
+        steps = int(seconds / tick)
+        cursor = 0
+        events = 0
+        cpu0 = time.process_time()
+        for _ in range(steps):
+            for _ in range(per_tick):
+                ctl.bump(ids[cursor % n_tasks], 1.0)
+                cursor += 1
+                events += 1
+            clock.advance(tick)
+            table.flush()
+        cpu = time.process_time() - cpu0
+        sent = [m for m in rec.custom_messages()[base:] if m["type"] == "patch"]
+        msgs = len(sent)
+        nbytes = sum(len(json.dumps(m, separators=(",", ":"))) for m in sent)
+        table.close()
+    return {
+        "n_tasks": float(n_tasks),
+        "simulated_seconds": seconds,
+        "events": float(events),
+        "messages_per_s": msgs / seconds,
+        "bytes_per_s": nbytes / seconds,
+        "mean_patch_bytes": nbytes / msgs if msgs else 0.0,
+        "cpu_s_per_s": cpu / seconds,
+    }
