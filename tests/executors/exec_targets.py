@@ -41,6 +41,10 @@ def takes_arg(ctx: TaskContext, arg: Any) -> str:
     return "unreachable"
 
 
+def takes_kw(ctx: TaskContext, *, handle: Any = None) -> str:
+    return "unreachable"
+
+
 def quiet_checkpoints(ctx: TaskContext, seconds: float) -> str:
     """Busy but cooperative: checkpoints only, no progress reports."""
     end = time.monotonic() + seconds

@@ -1,11 +1,13 @@
-"""The process executor through the real Controller: hard stop, crash isolation, the
-clear error for what a process cannot run, heartbeats, pause, logs, upstream values."""
+"""The process executor through the real Controller: hard stop, crash isolation,
+functions from a notebook's ``__main__``, lambdas and closures sent by value, the clear
+error naming what cannot be pickled, heartbeats, pause, logs, upstream values."""
 
 from __future__ import annotations
 
 import os
 import signal
 import sys
+import threading
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -90,29 +92,54 @@ def test_sigint_to_the_child_neither_kills_the_attempt_nor_prints_a_traceback(
     assert not any("KeyboardInterrupt" in rec.line for rec in h.logs())
 
 
-def test_lambda_and_closure_get_a_clear_error_and_nothing_is_created(ctl: cn.Controller) -> None:
-    def local(ctx: cn.TaskContext) -> int:
-        return 1
+def test_lambdas_and_closures_run_in_a_child(ctl: cn.Controller) -> None:
+    factor = 7
 
-    for fn in (lambda ctx: 1, local):
-        with pytest.raises(ConfigurationError, match="executor='thread'") as err:
-            ctl.submit(fn)
-        assert "cannot be pickled" in str(err.value)
-    with pytest.raises(ConfigurationError, match="argument 0"):
-        ctl.submit(T.takes_arg, lambda: 0)
+    def local(ctx: cn.TaskContext, x: int) -> tuple[int, int]:
+        ctx.checkpoint()
+        return x * factor, os.getpid()
+
+    lam = ctl.submit(lambda: os.getpid())
+    clo = ctl.submit(local, 6)
+    assert lam.result(timeout=WAIT) != os.getpid()
+    value, pid = clo.result(timeout=WAIT)
+    assert value == 42 and pid != os.getpid()
+    assert ctl.get(clo).pid == pid
+
+
+def test_what_cannot_be_pickled_is_named_and_nothing_is_created(ctl: cn.Controller) -> None:
+    lock = threading.Lock()
+
+    def holds_lock() -> None:
+        with lock:
+            pass
+
+    with pytest.raises(ConfigurationError, match=r"the task function .*holds_lock") as err:
+        ctl.submit(holds_lock)
+    assert "cannot be pickled" in str(err.value) and "executor='thread'" in str(err.value)
+    with pytest.raises(ConfigurationError, match="argument 0 of 'takes_arg' cannot be pickled"):
+        ctl.submit(T.takes_arg, threading.Lock())
+    with pytest.raises(ConfigurationError, match="argument handle= of 'takes_kw'"):
+        ctl.submit(T.takes_kw, handle=(i for i in range(3)))
     assert ctl.list_tasks() == []
 
 
-def test_function_defined_in_a_notebook_gets_a_clear_error(
+def test_a_function_defined_in_an_interactive_main_runs_in_a_child(
     ctl: cn.Controller, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     main = types.ModuleType("__main__")  # like IPython's: no __file__
     monkeypatch.setitem(sys.modules, "__main__", main)
-    ns: dict[str, object] = {"__name__": "__main__"}
-    exec("def cell_task(ctx):\n    return 1\n", ns)
-    main.cell_task = ns["cell_task"]  # type: ignore[attr-defined]
-    with pytest.raises(ConfigurationError, match="interactive session"):
-        ctl.submit(ns["cell_task"])  # type: ignore[arg-type]
+    ns = main.__dict__
+    exec(
+        "import os\n"
+        "OFFSET = 100\n"
+        "def helper(n):\n    return n + OFFSET\n"
+        "def cell_task(ctx, n):\n    ctx.checkpoint()\n    return helper(n), os.getpid()\n",
+        ns,
+    )
+    h = ctl.submit(ns["cell_task"], 1)
+    value, pid = h.result(timeout=WAIT)
+    assert value == 101 and pid != os.getpid()
 
 
 @pytest.mark.parametrize(

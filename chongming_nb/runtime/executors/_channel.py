@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import io
 import pickle
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
+
+import cloudpickle  # type: ignore[import-untyped]
 
 from chongming_nb.core.errors import ConfigurationError, TaskExecutionError
 from chongming_nb.runtime.cancellation import CancellationToken
@@ -26,10 +27,20 @@ HEARTBEAT_INTERVAL = 0.1
 PROGRESS_INTERVAL = 0.05
 
 THREAD_HINT = (
-    "A process can only run functions it can import: define the task at module level in a "
-    "file (not a lambda, a closure or a function defined in a notebook cell), make its "
-    "arguments picklable, or run it with executor='thread'."
+    "A task that runs in another process receives its function and arguments serialised "
+    "with cloudpickle (functions defined in a notebook cell, lambdas and closures travel "
+    "by value): pass arguments that can be pickled (not open files, locks, sockets, "
+    "generators or connections; open them inside the task), or run it with "
+    "executor='thread'."
 )
+
+
+def dumps(obj: Any) -> bytes:
+    """What leaves the kernel for a process or a dask worker: cloudpickle, so that objects
+    importable by name travel by reference and the rest (``__main__``, lambdas, closures)
+    by value. The receiving side reads it with plain ``pickle.loads``."""
+    data: bytes = cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    return data
 
 
 class UnavailableUpstream:
@@ -69,7 +80,7 @@ def resolve_upstream(ups: Mapping[str, Any] | None, key: Any, task_name: str) ->
     return value
 
 
-def _describe_unpicklable(
+def describe_unpicklable(
     dumps: Callable[[Any], bytes], target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> str | None:
     """None when (target, args, kwargs) pickle; else which part failed and why."""
@@ -96,23 +107,10 @@ def _describe_unpicklable(
     return f"the arguments of {name!r} cannot be pickled ({whole})"
 
 
-def _interactive_main(target: Any) -> bool:
-    """Defined in ``__main__`` of an interactive session (a notebook cell, a REPL)?"""
-    if getattr(target, "__module__", None) != "__main__":
-        return False
-    main = sys.modules.get("__main__")
-    return main is None or not getattr(main, "__file__", None)
-
-
 def check_process_target(target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """Raise ConfigurationError unless a child process can receive and load this task."""
-    if _interactive_main(target):
-        name = getattr(target, "__qualname__", repr(target))
-        raise ConfigurationError(
-            f"the process executor cannot run {name!r}: it is defined in the interactive "
-            f"session (__main__), which a child process cannot import. {THREAD_HINT}"
-        )
-    why = _describe_unpicklable(pickle.dumps, target, args, kwargs)
+    """Raise ConfigurationError, naming the part, unless (target, args, kwargs) serialise
+    for a child process."""
+    why = describe_unpicklable(dumps, target, args, kwargs)
     if why is not None:
         raise ConfigurationError(f"the process executor cannot run this task: {why}. {THREAD_HINT}")
 

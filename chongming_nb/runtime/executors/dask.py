@@ -57,8 +57,11 @@ from chongming_nb.core.errors import ConfigurationError
 from chongming_nb.runtime.cancellation import CancellationToken
 from chongming_nb.runtime.executors._channel import (
     HEARTBEAT_INTERVAL,
+    THREAD_HINT,
     ChannelReporter,
     deliver,
+    describe_unpicklable,
+    dumps,
     outcome_from_wire,
     outcome_to_wire,
     portable_upstream,
@@ -338,13 +341,13 @@ def _wire(outcome: Outcome) -> tuple[dict[str, Any], int]:
     """The outcome as it travels, and how many bytes its value (or exception) pickles to."""
     size = 0
 
-    def dumps(obj: Any) -> bytes:
+    def measured(obj: Any) -> bytes:
         nonlocal size
         data = pickle.dumps(obj)
         size += len(data)
         return data
 
-    return outcome_to_wire(outcome, dumps), size
+    return outcome_to_wire(outcome, measured), size
 
 
 def run_on_worker(exec_id: str, key: str, request: ExecutionRequest, interval: float) -> Any:
@@ -364,14 +367,6 @@ def run_on_worker(exec_id: str, key: str, request: ExecutionRequest, interval: f
         wire, size = _wire(outcome)
         result = agent.finish(slot, wire, inline=size <= INLINE_RESULT_BYTES)
     return result
-
-
-def _cloudpickle_dumps(obj: Any) -> bytes:
-    """What dask uses for functions and objects that plain pickle refuses."""
-    import cloudpickle  # type: ignore[import-untyped]
-
-    data: bytes = cloudpickle.dumps(obj)
-    return data
 
 
 async def _kill_this_process() -> None:  # runs on the worker chosen for a forced stop
@@ -599,20 +594,19 @@ class DaskExecutor:
             return client
 
     def validate(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """Submit-time check: dask must be able to serialise the task (cloudpickle)."""
-        try:
-            _cloudpickle_dumps((target, args, kwargs))
-        except Exception as exc:
+        """Submit-time check: dask must be able to serialise the task (cloudpickle); the
+        error names the function or the argument that cannot travel."""
+        why = describe_unpicklable(dumps, target, args, kwargs)
+        if why is not None:
             raise ConfigurationError(
-                f"the dask executor cannot serialise this task: {type(exc).__name__}: {exc}; "
-                "make its arguments picklable or run it with executor='thread'"
-            ) from exc
+                f"the dask executor cannot serialise this task: {why}. {THREAD_HINT}"
+            )
 
     # ----------------------------------------------------------------- launch
 
     def launch(self, request: ExecutionRequest, reporter: Reporter) -> DaskHandle:
         client = self.start()
-        upstream = portable_upstream(request.upstream, _cloudpickle_dumps)
+        upstream = portable_upstream(request.upstream, dumps)
         if upstream is not request.upstream:
             request = replace(request, upstream=upstream)
         key = f"chongming-{request.name}-{request.task_id}-{request.attempt}-{next(self._seq)}"

@@ -4,11 +4,12 @@ What it buys, and only it: a stop that is guaranteed to end the work (terminate,
 kill), CPU parallelism past the GIL, and crash isolation (a segfault takes down the child,
 not the kernel). What it costs, by construction:
 
-* ``target``, ``args`` and ``kwargs`` must pickle by reference: no lambdas, closures,
-  functions defined inside other functions, and no functions defined in the notebook
-  itself (put them in a ``.py`` module and import it). This is checked when the task is
-  submitted and again at launch, with a ``ConfigurationError`` that says what failed and
-  suggests ``executor="thread"``.
+* ``target``, ``args`` and ``kwargs`` travel to the child with cloudpickle: what can be
+  imported by name goes by reference, functions defined in a notebook cell, lambdas and
+  closures go by value (with the globals they use). What cannot be pickled at all (an
+  open file, a lock, a generator, a connection) is refused when the task is submitted and
+  again at launch, with a ``ConfigurationError`` that names the function or the argument
+  and suggests ``executor="thread"``.
 * The child is a daemon process, so the task cannot start processes of its own.
 * Stop and pause reach the child through ``multiprocessing.Event`` objects mirrored into
   the child's own CancellationToken by a small thread, so they land at the next
@@ -65,6 +66,7 @@ from chongming_nb.runtime.executors._channel import (
     UnavailableUpstream,
     check_process_target,
     deliver,
+    dumps,
     outcome_from_wire,
     outcome_to_wire,
     portable_upstream,
@@ -349,11 +351,11 @@ class ProcessExecutor:
 
     def launch(self, request: ExecutionRequest, reporter: Reporter) -> ProcessHandle:
         check_process_target(request.target, request.args, request.kwargs)
-        upstream = portable_upstream(request.upstream, pickle.dumps)
+        upstream = portable_upstream(request.upstream, dumps)
         if upstream is not request.upstream:
             request = replace(request, upstream=upstream)
         try:
-            payload = pickle.dumps(request)
+            payload = dumps(request)
         except Exception as exc:  # something else in the request (a deadline subclass...)
             raise ConfigurationError(
                 f"the process executor cannot send this task: {type(exc).__name__}: {exc}. "
