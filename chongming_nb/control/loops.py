@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from chongming_nb.core.errors import ConfigurationError
 from chongming_nb.core.states import TaskStatus
 from chongming_nb.runtime.cancellation import CancellationToken
+from chongming_nb.runtime.executors._local import TokenHandle
 from chongming_nb.runtime.executors.base import (
     ExecutionRequest,
     Outcome,
@@ -64,29 +65,21 @@ def _nothing() -> None:
     pass
 
 
-class LoopHandle:
+class LoopHandle(TokenHandle):
     """The execution handle of a loop: requests become token flags, then ``wake`` (set
     by the loop) ends the loop's current batch so the flags are read before the next
     item."""
 
-    __slots__ = ("_running", "token", "wake")
+    __slots__ = ("_running", "wake")
 
     def __init__(self, token: CancellationToken) -> None:
-        self.token = token
+        super().__init__(token)
         self._running = True
         self.wake: Callable[[], None] = _nothing
 
     @property
     def running(self) -> bool:
         return self._running
-
-    @property
-    def pid(self) -> int | None:
-        return None
-
-    @property
-    def supports_pause(self) -> bool:
-        return True
 
     def request_stop(self, reason: str | None = None) -> None:
         self.token.request_stop(reason)
@@ -95,9 +88,6 @@ class LoopHandle:
     def request_pause(self) -> None:
         self.token.request_pause()
         self.wake()
-
-    def resume(self) -> None:
-        self.token.resume()
 
     def on_stop_timeout(self) -> StopVerdict:
         # the loop's thread is its caller's: nothing to abandon; it reports its end at

@@ -295,19 +295,18 @@ class RecordingComm(BaseComm):
 
     def custom_messages(self) -> list[dict[str, Any]]:
         """Contents of the custom messages sent to the front end, in order."""
-        with self._rec_lock:
-            return [
-                d["content"]
-                for t, d in self.published
-                if t == "comm_msg" and isinstance(d, dict) and d.get("method") == "custom"
-            ]
+        return self._sent("custom", "content")
 
     def state_updates(self) -> list[dict[str, Any]]:
+        """The trait updates sent to the front end, in order."""
+        return self._sent("update", "state")
+
+    def _sent(self, method: str, key: str) -> list[dict[str, Any]]:
         with self._rec_lock:
             return [
-                d["state"]
+                d[key]
                 for t, d in self.published
-                if t == "comm_msg" and isinstance(d, dict) and d.get("method") == "update"
+                if t == "comm_msg" and isinstance(d, dict) and d.get("method") == method
             ]
 
     @property

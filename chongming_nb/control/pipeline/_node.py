@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from chongming_nb.control.pipeline._serializer import Serializer
+from chongming_nb.control.spec import TaskSpec
 from chongming_nb.core.errors import ConfigurationError
 from chongming_nb.core.policies import JoinMode
 
@@ -15,56 +17,25 @@ if TYPE_CHECKING:
 __all__ = ["NOT_A_MAP", "Node", "join_mode"]
 
 
+@dataclass(slots=True, weakref_slot=True, eq=False, repr=False)
 class Node:
     """One step of a Pipeline (what ``add`` / ``map`` return). Use it in ``deps=``, as
-    a key of the ``up`` mapping ``when=`` gets, and in ``ctx.upstream(node)``."""
+    a key of the ``up`` mapping ``when=`` gets, and in ``ctx.upstream(node)``. Nodes
+    compare and hash by identity."""
 
-    __slots__ = (
-        "__weakref__",
-        "args",
-        "compensate",
-        "deps",
-        "fn",
-        "items",
-        "join",
-        "kwargs",
-        "max_parallel",
-        "name",
-        "pipeline",
-        "serializer",
-        "spec",
-        "when",
-    )
-
-    def __init__(
-        self,
-        pipeline: Pipeline,
-        name: str,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        deps: tuple[str, ...],
-        when: Callable[[Mapping[Any, Any]], Any] | None,
-        join: JoinMode,
-        spec: Any,
-        compensate: Callable[..., Any] | None,
-        serializer: Serializer | None,
-        items: Any = None,
-        max_parallel: int | None = None,
-    ) -> None:
-        self.pipeline = pipeline
-        self.name = name
-        self.fn = fn
-        self.args = args
-        self.kwargs = kwargs
-        self.deps = deps
-        self.when = when
-        self.join = join
-        self.spec = spec
-        self.compensate = compensate
-        self.serializer = serializer
-        self.items = items
-        self.max_parallel = max_parallel
+    pipeline: Pipeline
+    name: str
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    deps: tuple[str, ...]  # node names
+    when: Callable[[Mapping[Any, Any]], Any] | None
+    join: JoinMode
+    spec: TaskSpec
+    compensate: Callable[..., Any] | None
+    serializer: Serializer | None
+    items: Any = None  # a map's items: a list, a Node or a callable(up); None: not a map
+    max_parallel: int | None = None
 
     @property
     def is_map(self) -> bool:

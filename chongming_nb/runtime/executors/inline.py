@@ -8,6 +8,7 @@ False and the controller rolls a pause request back with a warning.
 from __future__ import annotations
 
 from chongming_nb.runtime.cancellation import CancellationToken
+from chongming_nb.runtime.executors._local import TokenHandle
 from chongming_nb.runtime.executors.base import (
     ExecutionRequest,
     Reporter,
@@ -16,11 +17,11 @@ from chongming_nb.runtime.executors.base import (
 )
 
 
-class InlineHandle:
-    __slots__ = ("_running", "token")
+class InlineHandle(TokenHandle):
+    __slots__ = ("_running",)
 
     def __init__(self, token: CancellationToken) -> None:
-        self.token = token
+        super().__init__(token)
         self._running = True
 
     @property
@@ -28,21 +29,11 @@ class InlineHandle:
         return self._running
 
     @property
-    def pid(self) -> int | None:
-        return None
-
-    @property
     def supports_pause(self) -> bool:
         return False
 
-    def request_stop(self, reason: str | None = None) -> None:
-        self.token.request_stop(reason)
-
     def request_pause(self) -> None:
-        pass
-
-    def resume(self) -> None:
-        self.token.resume()
+        pass  # see the module docstring
 
     def on_stop_timeout(self) -> StopVerdict:
         return "abandoned" if self._running else "gone"

@@ -17,6 +17,7 @@ import queue
 import threading
 
 from chongming_nb.runtime.cancellation import CancellationToken
+from chongming_nb.runtime.executors._local import TokenHandle
 from chongming_nb.runtime.executors.base import (
     ExecutionRequest,
     Reporter,
@@ -58,11 +59,11 @@ class _Done:
         return True
 
 
-class ThreadHandle:
-    __slots__ = ("_done", "abandoned", "token", "worker")
+class ThreadHandle(TokenHandle):
+    __slots__ = ("_done", "abandoned", "worker")
 
     def __init__(self, token: CancellationToken) -> None:
-        self.token = token
+        super().__init__(token)
         self._done = _Done()
         self.abandoned = False
         self.worker: _Worker | None = None
@@ -70,23 +71,6 @@ class ThreadHandle:
     @property
     def running(self) -> bool:
         return not self._done.is_set()
-
-    @property
-    def pid(self) -> int | None:
-        return None
-
-    @property
-    def supports_pause(self) -> bool:
-        return True
-
-    def request_stop(self, reason: str | None = None) -> None:
-        self.token.request_stop(reason)
-
-    def request_pause(self) -> None:
-        self.token.request_pause()
-
-    def resume(self) -> None:
-        self.token.resume()
 
     def on_stop_timeout(self) -> StopVerdict:
         if not self.running:
