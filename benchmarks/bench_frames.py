@@ -1,4 +1,6 @@
-"""``ctl.attempts_df()`` over N attempts beside ``pd.DataFrame(list_of_dicts)``.
+"""DataFrames: ``ctl.attempts_df()`` in the kernel, and the frames read from a store.
+
+1. ``ctl.attempts_df()`` over N attempts beside ``pd.DataFrame(list_of_dicts)``.
 
 The controller is filled by really running tasks (each fails and is retried until its
 attempts are used up; inline executor, no backoff), so the records are the real ones.
@@ -6,11 +8,23 @@ The baseline gets its list of dicts (one dict per attempt, the same columns) for
 only ``pd.DataFrame(rows)`` is timed, while ``attempts_df()`` is timed end to end
 (collecting the records under the controller's lock, typing every column: categorical
 statuses, tz-aware UTC times, timedeltas). Best of a few repeats each.
+
+2. ``cn.open_store(db).snapshots_df()`` / ``attempts_df()`` / ``transitions_df()`` on a
+SQLite store holding a generated history (``chongming_nb.testing.history``; ``store_tasks``
+tasks, one in ten failed after 3 attempts), each beside ``pd.read_sql`` of the same rows
+(the same join and order, times and JSON left as stored text, nothing typed) and the
+``sqlite3`` shell printing those rows as CSV to /dev/null, in the same run; best of
+``repeats``, the three measured in turn each round. Target: <= 1.2x ``pd.read_sql``.
 """
 
 from __future__ import annotations
 
+import shutil
+import sqlite3
+import subprocess
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -60,6 +74,73 @@ def _as_dicts(ctl: Controller) -> list[dict[str, Any]]:
     return rows
 
 
+#: The rows of each frame as stored: what ``pd.read_sql`` and the shell read.
+_PLAIN = {
+    "snapshots_df": "SELECT * FROM tasks ORDER BY created_at DESC, seq DESC",
+    "attempts_df": (
+        "SELECT r.*, t.name FROM (SELECT seq, task_id, name, created_at FROM tasks) AS t "
+        "JOIN attempts AS r ON r.task_id = t.task_id ORDER BY t.created_at, t.seq, r.attempt"
+    ),
+    "transitions_df": (
+        "SELECT r.*, t.name FROM (SELECT seq, task_id, name, created_at FROM tasks) AS t "
+        "JOIN transitions AS r ON r.task_id = t.task_id "
+        "ORDER BY t.created_at, t.seq, r.version"
+    ),
+}
+
+
+def store_rows(tasks: int, repeats: int) -> list[dict[str, Any]]:
+    """The frames of a generated store of ``tasks`` tasks beside read_sql and the shell."""
+    import chongming_nb as cn
+    from chongming_nb.stores import SqliteStore
+    from chongming_nb.testing.history import generate_history
+
+    shell = shutil.which("sqlite3")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "history.db"
+        t0 = time.perf_counter()
+        store = SqliteStore(path)
+        generate_history(store, tasks)
+        store.close()
+        fill_s = time.perf_counter() - t0
+        reader = cn.open_store(str(path))
+        conn = sqlite3.connect(path)
+        try:
+            for method, plain in _PLAIN.items():
+                ours, base, sh = [], [], []
+                for _ in range(repeats):
+                    ours.append(timed(getattr(reader, method)))
+                    base.append(timed(lambda plain=plain: pd.read_sql(plain, conn)))
+                    if shell:
+                        cmd = [shell, "-batch", "-csv", str(path), plain]
+                        sh.append(
+                            timed(lambda cmd=cmd: subprocess.run(cmd, stdout=subprocess.DEVNULL))
+                        )
+                n = len(getattr(reader, method)())
+                o, b = min(ours), min(base)
+                rows.append(
+                    result(
+                        f"open_store().{method}() over {n:,} rows ({tasks:,} tasks)",
+                        round(o * 1e3, 1),
+                        "ms",
+                        peer={
+                            "pd.read_sql": round(b * 1e3, 1),
+                            "sqlite3 shell": round(min(sh) * 1e3, 1) if sh else None,
+                        },
+                        ratio=o / b if b else None,
+                        target="<= 1.2x pd.read_sql",
+                        passed=o <= 1.2 * b,
+                        rows=n,
+                        fill_seconds=round(fill_s, 1),
+                    )
+                )
+        finally:
+            conn.close()
+            reader.close()
+    return rows
+
+
 def run(size: str) -> list[dict[str, Any]]:
     p = size_of(size, "frames")
     n, per_task, repeats = int(p["attempts"]), int(p["attempts_per_task"]), int(p["repeats"])
@@ -87,5 +168,6 @@ def run(size: str) -> list[dict[str, Any]]:
             passed=ours < base,
             attempts=total,
             fill_seconds=round(fill_s, 1),
-        )
+        ),
+        *store_rows(int(p["store_tasks"]), repeats),
     ]

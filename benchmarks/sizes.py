@@ -15,7 +15,7 @@ SIZES: dict[str, dict[str, dict[str, Any]]] = {
         "throughput": {"tasks": 300, "workers": 4, "repeats": 1},
         "latency": {"trials": 3, "interval": 0.002, "item_seconds": 0.0001},
         "memory": {"tasks": 500},
-        "frames": {"attempts": 2_000, "attempts_per_task": 5, "repeats": 2},
+        "frames": {"attempts": 2_000, "attempts_per_task": 5, "repeats": 2, "store_tasks": 500},
         # read by bench_dag.py, bench_executors.py and the notebook's widget benchmark
         "dag": {"nodes": 50},
         "executors": {"tasks": 4, "work": 20_000},
@@ -28,7 +28,12 @@ SIZES: dict[str, dict[str, dict[str, Any]]] = {
         "throughput": {"tasks": 10_000, "workers": 4, "repeats": 3},
         "latency": {"trials": 21, "interval": 0.002, "item_seconds": 0.0001},
         "memory": {"tasks": 100_000},
-        "frames": {"attempts": 100_000, "attempts_per_task": 5, "repeats": 3},
+        "frames": {
+            "attempts": 100_000,
+            "attempts_per_task": 5,
+            "repeats": 3,
+            "store_tasks": 100_000,
+        },
         "dag": {"nodes": 1_000},
         "executors": {"tasks": 8, "work": 2_000_000},
         "widget": {"tasks": 10_000, "seconds": 10.0},

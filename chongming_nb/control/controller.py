@@ -2061,31 +2061,41 @@ class Controller:
     # ------------------------------------------------------------- dataframes
 
     def snapshots_df(self, **filters: Any) -> Any:
-        """One row per task (see docs for the columns)."""
-        from chongming_nb.frames import snapshots_frame
+        """One row per task, newest first; filters as ``list_tasks`` plus ``since`` /
+        ``until`` on ``created_at`` (since <= created_at < until)."""
+        from chongming_nb.frames import between, snapshots_frame
 
-        return snapshots_frame(self.list_tasks(**filters))
+        since, until = filters.pop("since", None), filters.pop("until", None)
+        return between(snapshots_frame(self.list_tasks(**filters)), "created_at", since, until)
 
     def attempts_df(self, **filters: Any) -> Any:
-        """One row per attempt of the tasks matching ``filters``."""
-        from chongming_nb.frames import attempts_frame
+        """One row per attempt of the tasks matching ``filters`` (``since`` / ``until``
+        on ``started_at``), oldest task first."""
+        from chongming_nb.frames import attempts_frame, between
 
+        since, until = filters.pop("since", None), filters.pop("until", None)
         snaps = self.list_tasks(**filters)
         with self._lock:
             recs = [r for s in reversed(snaps) for r in self._tasks[s.task_id].attempts]
             names = {s.task_id: s.name for s in snaps}
-        return attempts_frame(recs, names)
+        return between(attempts_frame(recs, names), "started_at", since, until)
 
-    def events_df(self, **filters: Any) -> Any:
-        """One row per status transition of the tasks matching ``filters``."""
-        from chongming_nb.frames import history_rows_frame
+    def transitions_df(self, **filters: Any) -> Any:
+        """One row per status transition of the tasks matching ``filters`` (``since``
+        / ``until`` on ``at``), oldest task first."""
+        from chongming_nb.frames import between, history_rows_frame
 
+        since, until = filters.pop("since", None), filters.pop("until", None)
         snaps = self.list_tasks(**filters)
         with self._lock:
             # the history rows themselves (immutable tuples; a list copy per task)
             tasks = [(s.task_id, list(self._tasks[s.task_id].history)) for s in reversed(snaps)]
             names = {s.task_id: s.name for s in snaps}
-        return history_rows_frame(tasks, names)
+        return between(history_rows_frame(tasks, names), "at", since, until)
+
+    def events_df(self, **filters: Any) -> Any:
+        """The status changes of the tasks matching ``filters``: ``transitions_df``."""
+        return self.transitions_df(**filters)
 
     # ------------------------------------------------------------------ store
 

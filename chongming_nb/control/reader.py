@@ -7,11 +7,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from chongming_nb.control.controller import _status_set
-from chongming_nb.core.errors import TaskNotFound
+from chongming_nb.core.errors import ConfigurationError, TaskNotFound
 from chongming_nb.core.models import AttemptRecord, TaskSnapshot, Transition
 from chongming_nb.core.states import TaskStatus
 from chongming_nb.pictures import Timeline, from_source
 from chongming_nb.stores.protocol import LogRecord, TaskQuery
+
+#: The filters of ``list_tasks`` (the frames take ``since`` and ``until`` too).
+_FILTERS = frozenset({"status", "tag", "name_prefix", "pipeline_run_id", "limit"})
 
 
 class StoreReader:
@@ -66,24 +69,64 @@ class StoreReader:
             counts[s.status.value] += 1
         return counts
 
-    def snapshots_df(self, **filters: Any) -> Any:
-        from chongming_nb.frames import snapshots_frame
+    def _query(self, filters: dict[str, Any]) -> TaskQuery:
+        """``list_tasks``' filters as a TaskQuery (a bad status names itself)."""
+        unknown = set(filters) - _FILTERS
+        if unknown:
+            raise TypeError(
+                f"unknown filter {sorted(unknown)[0]!r}; use one of {', '.join(sorted(_FILTERS))}"
+            )
+        limit = filters.get("limit")
+        if limit is not None and (not isinstance(limit, int) or limit < 0):
+            raise ConfigurationError(f"limit must be an int >= 0, got {limit!r}")
+        return TaskQuery(
+            status=_status_set(filters.get("status")),
+            tag=filters.get("tag"),
+            name_prefix=filters.get("name_prefix"),
+            pipeline_run_id=filters.get("pipeline_run_id"),
+            limit=limit,
+        )
 
-        return snapshots_frame(self.list_tasks(**filters))
+    def _frame(self, kind: str, filters: dict[str, Any]) -> Any:
+        """A frame of ``kind`` in one query of a SQL store (``frame_columns``); other
+        stores build it from their records."""
+        from chongming_nb import frames
+
+        since, until = filters.pop("since", None), filters.pop("until", None)
+        q = self._query(filters)
+        columns = getattr(self.store, "frame_columns", None)
+        if columns is not None:
+            return frames.frame_from_columns(kind, columns(kind, q, since=since, until=until))
+        snaps = list(self.store.query(q))
+        names = {s.task_id: s.name for s in snaps}
+        if kind == "tasks":
+            df, at = frames.snapshots_frame(snaps), "created_at"
+        elif kind == "attempts":
+            recs = [r for s in reversed(snaps) for r in self.store.attempts(s.task_id)]
+            df, at = frames.attempts_frame(recs, names), "started_at"
+        else:
+            trs = [t for s in reversed(snaps) for t in self.store.history(s.task_id)]
+            df, at = frames.transitions_frame(trs, names), "at"
+        return frames.between(df, at, since, until)
+
+    def snapshots_df(self, **filters: Any) -> Any:
+        """One row per task, newest first; filters as ``list_tasks`` plus ``since`` /
+        ``until`` on ``created_at`` (since <= created_at < until)."""
+        return self._frame("tasks", filters)
 
     def attempts_df(self, **filters: Any) -> Any:
-        from chongming_nb.frames import attempts_frame
+        """One row per attempt of the tasks matching the filters (``since`` / ``until``
+        on ``started_at``), oldest task first."""
+        return self._frame("attempts", filters)
 
-        snaps = self.list_tasks(**filters)
-        recs = [r for s in reversed(snaps) for r in self.store.attempts(s.task_id)]
-        return attempts_frame(recs, {s.task_id: s.name for s in snaps})
+    def transitions_df(self, **filters: Any) -> Any:
+        """One row per status transition of the tasks matching the filters (``since``
+        / ``until`` on ``at``), oldest task first."""
+        return self._frame("transitions", filters)
 
     def events_df(self, **filters: Any) -> Any:
-        from chongming_nb.frames import transitions_frame
-
-        snaps = self.list_tasks(**filters)
-        trs = [t for s in reversed(snaps) for t in self.store.history(s.task_id)]
-        return transitions_frame(trs, {s.task_id: s.name for s in snaps})
+        """The status changes, as ``transitions_df`` (the name the Controller uses)."""
+        return self._frame("transitions", filters)
 
     def timeline(self, **filters: Any) -> Timeline:
         """The attempt timeline of the tasks ``filters`` select (the DataFrame filters,

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 from chongming_nb.core.errors import ConcurrencyConflict, StoreError
 from chongming_nb.core.models import AttemptRecord, Command, CommandState, TaskSnapshot, Transition
@@ -40,7 +40,17 @@ from chongming_nb.stores.protocol import (
     WritesViaRecordBatch,
 )
 
-__all__ = ["Conn", "Cursor", "SqlStore", "check_version", "ddl", "migrate", "upsert"]
+__all__ = [
+    "FRAME_COLUMNS",
+    "Conn",
+    "Cursor",
+    "FrameKind",
+    "SqlStore",
+    "check_version",
+    "ddl",
+    "migrate",
+    "upsert",
+]
 
 
 class Cursor(Protocol):
@@ -241,6 +251,89 @@ _SELECT_TASK = f"SELECT {_cols(codec.TASK_COLUMNS)} FROM tasks"
 _COMMANDS = _cols(codec.COMMAND_COLUMNS)
 _COMMAND_TIMES = ("created_at", "lease_until", "completed_at")
 _TERMINAL_VALUES = sorted(s.value for s in TERMINAL)
+
+
+FrameKind = Literal["tasks", "attempts", "transitions"]
+
+#: The columns ``SqlStore.frame_columns`` returns, by kind, with the SQL of each
+#: (``{t}`` the time in microseconds of a column, ``{f}`` a JSON field, ``{r}`` JSON
+#: left to Python; columns of "tasks" are bare, those of the others ``t.`` (the task)
+#: or ``r.`` (the row)).
+_FRAME_SQL: dict[str, tuple[tuple[str, str], ...]] = {
+    "tasks": (
+        ("task_id", "task_id"),
+        ("name", "name"),
+        ("status", "status"),
+        ("attempt", "attempt"),
+        ("max_attempts", "max_attempts"),
+        ("created_at", "{t:created_at}"),
+        ("queued_at", "{t:queued_at}"),
+        ("started_at", "{t:started_at}"),
+        ("ended_at", "{t:ended_at}"),
+        ("progress_done", "{f:progress:done}"),
+        ("progress_total", "{f:progress:total}"),
+        ("progress_unit", "{f:progress:unit}"),
+        ("message", "{f:progress:message}"),
+        ("progress_raw", "{r:progress}"),
+        ("failure_kind", "{f:failure:kind}"),
+        ("failure_message", "{f:failure:message}"),
+        ("failure_raw", "{r:failure}"),
+        ("executor", "executor"),
+        ("pipeline_run_id", "pipeline_run_id"),
+        ("tags", "tags"),
+        ("priority", "priority"),
+        ("overridden", "overridden"),
+        ("status_version", "status_version"),
+    ),
+    "attempts": (
+        ("task_id", "r.task_id"),
+        ("name", "t.name"),
+        ("attempt", "r.attempt"),
+        ("started_at", "{t:r.started_at}"),
+        ("ended_at", "{t:r.ended_at}"),
+        ("outcome", "r.outcome"),
+        ("failure_kind", "r.failure_kind"),
+        ("failure_message", "r.failure_message"),
+        ("traceback", "r.traceback"),
+        ("executor", "r.executor"),
+        ("abandoned", "r.abandoned"),
+        ("exit_code", "r.exit_code"),
+    ),
+    "transitions": (
+        ("task_id", "r.task_id"),
+        ("name", "t.name"),
+        ("version", "r.version"),
+        ("from_status", "r.from_status"),
+        ("to_status", "r.to_status"),
+        ("trigger", "r.trigger"),
+        ("actor", "r.actor"),
+        ("reason", "r.reason"),
+        ("at", "{t:r.at}"),
+        ("override", "r.override"),
+    ),
+}
+FRAME_COLUMNS: dict[str, tuple[str, ...]] = {
+    kind: tuple(name for name, _ in cols) for kind, cols in _FRAME_SQL.items()
+}
+#: kind -> (table, its time column, its order within a task)
+_FRAME_ROWS = {
+    "attempts": ("attempts", "started_at", "attempt"),
+    "transitions": ("transitions", "at", "version"),
+}
+
+
+def _frame_select(d: Dialect, kind: str) -> str:
+    def spell(expr: str) -> str:
+        if not expr.startswith("{"):
+            return expr
+        what, *args = expr[1:-1].split(":")
+        if what == "t":
+            return d.micros(args[0])
+        if what == "f":
+            return d.json_field(args[0], args[1])
+        return d.json_raw(args[0])
+
+    return "SELECT " + ", ".join(spell(expr) for _, expr in _FRAME_SQL[kind])
 
 
 def _row(cur: Cursor, values: Sequence[Any]) -> dict[str, Any]:
@@ -540,6 +633,61 @@ class SqlStore(TouchViaTouchMany, WritesViaRecordBatch):
             sql += " LIMIT ?"
             params.append(max(0, limit))
         return [codec.row_to_run(r) for r in self._fetch(sql, params)]
+
+    # ------------------------------------------------------------- frames
+    def frame_columns(
+        self,
+        kind: FrameKind,
+        query: TaskQuery | None = None,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> dict[str, Sequence[Any]]:
+        """The columns of a DataFrame of ``kind`` in ONE query (``FRAME_COLUMNS``):
+        "tasks" (one row per task, newest first), "attempts" or "transitions" (per
+        task, oldest task first; in attempt or version order). ``query`` selects the
+        tasks (its ``limit``: the newest that many); ``since`` / ``until`` (since <=
+        time < until) the rows by their own time: created_at, started_at, at. Times
+        come as integer microseconds since the epoch (None for none); ``*_raw``
+        columns hold JSON the database did not read (``Dialect.json_field``)."""
+        q = query or TaskQuery()
+        d = self.dialect
+        where, params = task_where(q, d)
+        if kind == "tasks":
+            sql = f"{_frame_select(d, 'tasks')} FROM tasks {where}"
+            timed, order = "tasks.created_at", "ORDER BY tasks.created_at DESC, tasks.seq DESC"
+            if d.name != "sqlite":  # undated last (SQLite sorts NULL last descending)
+                order = "ORDER BY tasks.created_at DESC NULLS LAST, tasks.seq DESC"
+        else:
+            table, time_col, by = _FRAME_ROWS[kind]
+            picked = f"SELECT seq, task_id, name, created_at FROM tasks {where}"
+            if q.limit is not None:
+                picked += f" {task_order('newest')} LIMIT ?"
+                params.append(q.limit)
+            sql = (
+                f"{_frame_select(d, kind)} FROM ({picked}) AS t "
+                f"JOIN {table} AS r ON r.task_id = t.task_id"
+            )
+            timed, order = f"r.{time_col}", f"ORDER BY {d.oldest_first('t')}, r.{by}"
+        bounds = []
+        if since is not None:
+            bounds.append(f"{timed} >= ?")
+            params.append(self._t(codec.utc(since, "since")))
+        if until is not None:
+            bounds.append(f"{timed} < ?")
+            params.append(self._t(codec.utc(until, "until")))
+        if bounds:
+            sql += (" AND " if kind == "tasks" and where else " WHERE ") + " AND ".join(bounds)
+        sql += f" {order}"
+        if kind == "tasks" and q.limit is not None:
+            sql += " LIMIT ?"
+            params.append(q.limit)
+        names = FRAME_COLUMNS[kind]
+        with self._read() as conn:
+            rows = conn.execute(self._sql(sql), params).fetchall()
+        if not rows:
+            return {c: () for c in names}
+        return dict(zip(names, zip(*rows, strict=True), strict=True))
 
     # ---------------------------------------------------------------- ops
     def prune(self, *, keep_terminal: int) -> int:

@@ -4,6 +4,7 @@ group-commit collapse, and the rows they write."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -51,6 +52,34 @@ class Dialect:
             return "EXISTS (SELECT 1 FROM json_each(tasks.tags) WHERE value = ?)"
         return "(tasks.tags::jsonb @> jsonb_build_array(?::text))"
 
+    def micros(self, column: str) -> str:
+        """A stored time as integer microseconds since the epoch (NULL stays NULL)."""
+        if self.name == "sqlite":  # fixed-width UTC text: seconds, then the fraction
+            return (
+                f"({_EPOCH.format(f'substr({column}, 1, 19)')} * 1000000"
+                f" + CAST(substr({column}, 21, 6) AS INTEGER))"
+            )
+        return f"CAST(EXTRACT(EPOCH FROM {column}) * 1000000 AS BIGINT)"
+
+    def json_field(self, column: str, key: str) -> str:
+        """A field of a JSON text column, NULL where the text is not strict JSON (NaN
+        in a progress; see ``json_raw``). PostgreSQL leaves them all to ``json_raw``."""
+        if self.name == "sqlite":
+            return f"CASE WHEN json_valid({column}) THEN json_extract({column}, '$.{key}') END"
+        return "NULL"
+
+    def json_raw(self, column: str) -> str:
+        """The JSON text that ``json_field`` could not read (decoded in Python)."""
+        if self.name == "sqlite":
+            return f"CASE WHEN NOT json_valid({column}) THEN {column} END"
+        return column
+
+    def oldest_first(self, table: str) -> str:
+        """Oldest task first, ties by creation order, undated first: the reverse of the
+        newest-first order (SQLite sorts NULL first ascending; PostgreSQL is told)."""
+        nulls = "" if self.name == "sqlite" else " NULLS FIRST"
+        return f"{table}.created_at{nulls}, {table}.seq"
+
     def prefix(self) -> str:
         """SQL for ``name starts with prefix``; it takes (len, prefix)."""
         if self.name == "sqlite":
@@ -59,6 +88,12 @@ class Dialect:
 
 
 _PG_SQL: dict[str, str] = {}
+#: seconds since the epoch of a SQLite time text (unixepoch is SQLite 3.38+)
+_EPOCH = (
+    "unixepoch({})"
+    if sqlite3.sqlite_version_info >= (3, 38)
+    else "CAST(strftime('%s', {}) AS INTEGER)"
+)
 SQLITE = Dialect(
     "sqlite",
     claim_lock="",
