@@ -14,7 +14,7 @@ from chongming_nb.pictures import Timeline, from_source
 from chongming_nb.stores.protocol import LogRecord, TaskQuery
 
 #: The filters of ``list_tasks`` (the frames take ``since`` and ``until`` too).
-_FILTERS = frozenset({"status", "tag", "name_prefix", "pipeline_run_id", "limit"})
+_FILTERS = frozenset({"status", "tag", "name_prefix", "pipeline_run_id", "limit", "ids"})
 
 
 class StoreReader:
@@ -85,6 +85,7 @@ class StoreReader:
             name_prefix=filters.get("name_prefix"),
             pipeline_run_id=filters.get("pipeline_run_id"),
             limit=limit,
+            ids=None if filters.get("ids") is None else frozenset(filters["ids"]),
         )
 
     def _frame(self, kind: str, filters: dict[str, Any]) -> Any:

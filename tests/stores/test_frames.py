@@ -150,6 +150,9 @@ def test_filters_select_the_tasks_the_history_says(history: TaskStore) -> None:
     assert _ids(r.snapshots_df(limit=3)) == {"odd-failed", "odd-nan", f"g{N - 1:08x}"}
     assert _ids(r.attempts_df(limit=3)) == {"odd-failed", f"g{N - 1:08x}"}
     assert len(r.snapshots_df(limit=0)) == 0 and len(r.attempts_df(limit=0)) == 0
+    some = {"g00000003", "g00000009", "odd-nan"}
+    assert _ids(r.snapshots_df(ids=some)) == some
+    assert _ids(r.transitions_df(ids=some, status="failed")) == {"g00000009"}
 
 
 def test_since_and_until_select_rows_by_their_own_time(history: TaskStore) -> None:
