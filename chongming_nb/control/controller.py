@@ -79,7 +79,13 @@ from chongming_nb.core.policies import (
 )
 from chongming_nb.core.state_machine import CONTROL_VERBS, VERBS, StateMachine
 from chongming_nb.core.states import OCCUPIED, TERMINAL, UNOCCUPIED, TaskStatus
-from chongming_nb.core.validation import check_same_call
+from chongming_nb.core.validation import (
+    check_int64,
+    check_reason,
+    check_same_call,
+    check_seconds,
+    check_text,
+)
 from chongming_nb.runtime import timeouts
 from chongming_nb.runtime.clock import SYSTEM_CLOCK
 from chongming_nb.runtime.executors import (
@@ -250,8 +256,10 @@ class Controller:
             raise ConfigurationError(
                 f"concurrency must be a ConcurrencyPolicy, got {concurrency!r}"
             )
-        if stop_grace < 0 or pause_grace < 0:
-            raise ConfigurationError("stop_grace and pause_grace must be >= 0")
+        check_seconds("stop_grace", stop_grace)
+        check_seconds("pause_grace", pause_grace)
+        if stop_grace is None or pause_grace is None:
+            raise ConfigurationError("stop_grace and pause_grace are numbers of seconds, not None")
         self._clock: Clock = clock or SYSTEM_CLOCK
         self._sm = StateMachine(self._clock)
         self.concurrency = concurrency or ConcurrencyPolicy()
@@ -499,10 +507,10 @@ class Controller:
             spec = spec.merged(
                 **_validate(name, retry, timeout, tags, priority, compensate), executor=executor
             )
-        if idempotency_key is not None and not isinstance(idempotency_key, str):
-            raise ConfigurationError(f"idempotency_key must be a string, got {idempotency_key!r}")
-        if bucket_key is not None and not isinstance(bucket_key, str):
-            raise ConfigurationError(f"bucket_key must be a string, got {bucket_key!r}")
+        if idempotency_key is not None:
+            check_text("idempotency_key", idempotency_key, empty=True)
+        if bucket_key is not None:
+            check_text("bucket_key", bucket_key, empty=True)
         if prepared is None and (kwargs or len(args) + inject != arity):
             check_arguments(fn, args, kwargs, inject)  # (else: plain and complete)
         if after is None or after is _NO_DEPS:
@@ -1413,6 +1421,7 @@ class Controller:
 
     def start(self, task_id: Any, *, actor: str = "user") -> TaskSnapshot:
         """PENDING/BLOCKED -> QUEUED (e.g. after ``reset``). Idempotent."""
+        check_text("actor", actor)
 
         def go(t: _Task) -> None:
             if t.snap.status in (S.QUEUED, S.STARTING, S.RUNNING):
@@ -1442,7 +1451,8 @@ class Controller:
         """Pause: QUEUED/RETRY_WAIT -> PAUSED at once; a running task -> PAUSING until it
         reaches a checkpoint (-> PAUSED) or ``timeout`` runs out (-> back to RUNNING with a
         warning). Idempotent on PAUSING/PAUSED."""
-        grace = self.pause_grace if timeout is None else float(timeout)
+        grace = self.pause_grace if timeout is None else check_seconds("timeout", timeout)
+        check_text("actor", actor)
 
         def go(t: _Task) -> None:
             if t.snap.status in (S.PAUSING, S.PAUSED):
@@ -1475,6 +1485,7 @@ class Controller:
     def resume(self, task_id: Any, *, actor: str = "user") -> TaskSnapshot:
         """PAUSED -> RUNNING (paused in place) or -> QUEUED (paused before it started);
         PAUSING -> RUNNING (the pause is withdrawn). Idempotent on RUNNING/QUEUED."""
+        check_text("actor", actor)
 
         def go(t: _Task) -> None:
             st = t.snap.status
@@ -1508,7 +1519,10 @@ class Controller:
         its next checkpoint (-> STOPPED); if it does not within ``timeout`` seconds
         (``graceful=False``: at once) a thread is abandoned (-> LOST, result unknown) and a
         process is terminated (-> STOPPED). Idempotent on STOPPING/STOPPED."""
-        grace = 0.0 if not graceful else (self.stop_grace if timeout is None else float(timeout))
+        seconds = check_seconds("timeout", timeout)
+        check_text("actor", actor)
+        check_reason(reason)
+        grace = 0.0 if not graceful else (self.stop_grace if seconds is None else seconds)
         return self._stop(task_id, grace, actor=actor, reason=reason, wait=wait)
 
     def _stop(
@@ -1568,6 +1582,8 @@ class Controller:
     ) -> TaskSnapshot:
         """Cascade cancel (what the orchestration layer does). Idempotent. ``kind``:
         the Failure.kind recorded (default cancelled; pipelines pass dependency_failed)."""
+        check_text("actor", actor)
+        check_reason(reason)
         return self._stop(
             task_id, self.stop_grace, actor=actor, reason=reason, wait=False, cancel=True, kind=kind
         )
@@ -1631,6 +1647,7 @@ class Controller:
         """FAILED/STOPPED/CANCELLED/LOST -> QUEUED; the attempt history is kept.
         ``force=True`` grants an attempt beyond ``max_attempts``. Idempotent on
         QUEUED/STARTING/RUNNING."""
+        check_text("actor", actor)
 
         def go(t: _Task) -> None:
             if t.snap.status in (S.QUEUED, S.STARTING, S.RUNNING):
@@ -1647,6 +1664,8 @@ class Controller:
 
     def skip(self, task_id: Any, reason: str | None = None, *, actor: str = "user") -> TaskSnapshot:
         """PENDING/BLOCKED/QUEUED -> SKIPPED. Idempotent."""
+        check_text("actor", actor)
+        check_reason(reason)
 
         def go(t: _Task) -> None:
             if t.snap.status is S.SKIPPED:
@@ -1660,6 +1679,7 @@ class Controller:
     def reset(self, task_id: Any, *, confirm: bool = False, actor: str = "user") -> TaskSnapshot:
         """Back to PENDING with the attempt history cleared. Destroys history: needs
         ``confirm=True``. Refused while an execution is alive (stop it first)."""
+        check_text("actor", actor)
         if confirm is not True:
             raise ConfigurationError(
                 "reset() erases the attempt history; call reset(id, confirm=True)"
@@ -1692,6 +1712,10 @@ class Controller:
     ) -> TaskSnapshot:
         """The escape hatch: set any status, bypassing the table. Needs actor and reason;
         writes an AdminOverride audit event and marks the snapshot ``overridden``."""
+        if isinstance(actor, str) and isinstance(reason, str):
+            # (empty ones are refused by the state machine, with its own message)
+            check_text("actor", actor, empty=True)
+            check_text("reason", reason, empty=True)
         try:
             target = TaskStatus(to)
         except ValueError:
@@ -1723,6 +1747,7 @@ class Controller:
 
     def wait(self, task_id: Any, timeout: float | None = None) -> TaskSnapshot:
         """Block until the task is terminal. TimeoutError after ``timeout``; no side effects."""
+        check_seconds("timeout", timeout)
         t = self._task(task_id)
         # real time, like the Condition underneath (a FakeClock does not move by itself)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -1911,7 +1936,7 @@ class Controller:
     ) -> list[TaskSnapshot]:
         """Snapshots, newest first, filtered."""
         statuses = _status_set(status)
-        if limit is not None and (not isinstance(limit, int) or limit < 0):
+        if limit is not None and (check_int64("limit", limit) < 0):
             raise ConfigurationError(f"limit must be an int >= 0, got {limit!r}")
         self._catch_up()
         with self._lock:
@@ -2275,17 +2300,19 @@ def _control_args(args: Any) -> tuple[dict[str, Any], str | None]:
         if key == "timeout":
             if value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                return {}, f"timeout must be a number >= 0, got {value!r}"
-            out[key] = float(value)
+            try:
+                out[key] = check_seconds("timeout", value)
+            except ConfigurationError as exc:
+                return {}, str(exc)
         elif key == "graceful":
             if not isinstance(value, bool):
                 return {}, f"graceful must be true or false, got {value!r}"
             out[key] = value
         elif key == "reason":
-            if value is not None and not isinstance(value, str):
-                return {}, f"reason must be a string, got {value!r}"
-            out[key] = value
+            try:
+                out[key] = check_reason(value)
+            except ConfigurationError as exc:
+                return {}, str(exc)
         elif key == "force":
             continue  # a control-plane retry is always a human decision (forced)
         elif key == "request_key":

@@ -18,6 +18,7 @@ from typing import Any, TypeVar, overload
 from chongming_nb.core._fast import evolver
 from chongming_nb.core.errors import ConfigurationError
 from chongming_nb.core.policies import RetryPolicy, Timeout
+from chongming_nb.core.validation import check_int64, check_seconds, check_text
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -55,34 +56,39 @@ def _validate(
     priority: int | None,
     compensate: Callable[..., Any] | None,
 ) -> dict[str, Any]:
+    """The task options of ``submit``, ``@task`` and ``Pipeline.add`` (see
+    ``core/validation.py`` for the rules): what changes, or a ConfigurationError."""
     out: dict[str, Any] = {}
     if name is not None:
-        if not isinstance(name, str) or not name.strip():
-            raise ConfigurationError(f"task name must be a non-empty string, got {name!r}")
-        out["name"] = name
+        out["name"] = check_text("task name", name)
     if retry is not None:
         if isinstance(retry, bool) or not isinstance(retry, RetryPolicy | int):
             raise ConfigurationError(f"retry must be a RetryPolicy or an int, got {retry!r}")
+        if isinstance(retry, int) and check_int64("retry", retry) < 1:
+            raise ConfigurationError(f"retry (max attempts) must be >= 1, got {retry!r}")
         out["retry"] = RetryPolicy(max_attempts=retry) if isinstance(retry, int) else retry
     if timeout is not None:
         if isinstance(timeout, int | float) and not isinstance(timeout, bool):
-            timeout = Timeout(per_attempt=float(timeout))
+            timeout = Timeout(per_attempt=check_seconds("timeout", timeout, positive=True))
         if not isinstance(timeout, Timeout):
             raise ConfigurationError(f"timeout must be a Timeout or seconds, got {timeout!r}")
         out["timeout"] = timeout
     if tags is not None:
         if isinstance(tags, str):
             tags = {tags}
-        tag_set = frozenset(tags)
+        try:
+            tag_set = frozenset(tags)
+        except TypeError:
+            raise ConfigurationError(f"tags must be strings, got {tags!r}") from None
         if not all(isinstance(t, str) and t for t in tag_set):
             raise ConfigurationError(
                 f"tags must be non-empty strings, got {sorted(map(repr, tag_set))}"
             )
+        for t in tag_set:
+            check_text("tag", t)
         out["tags"] = tag_set
     if priority is not None:
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise ConfigurationError(f"priority must be an int, got {priority!r}")
-        out["priority"] = priority
+        out["priority"] = check_int64("priority", priority)
     if compensate is not None:
         if not callable(compensate):
             raise ConfigurationError(f"compensate must be callable, got {compensate!r}")

@@ -8,9 +8,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
-from typing import ClassVar, Literal, Protocol
+from typing import ClassVar, Literal, Protocol, TypeGuard
 
 from chongming_nb.core.errors import ConfigurationError, FatalError, RetryableError
+from chongming_nb.core.validation import INT64_MAX, MAX_SECONDS, check_int64
 
 Jitter = Literal["full", "equal", "none"]
 
@@ -20,9 +21,16 @@ def _is_number(v: object) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and not math.isnan(v)
 
 
-def _is_count(v: object) -> bool:
-    """An ``int`` that is not a ``bool``."""
-    return isinstance(v, int) and not isinstance(v, bool)
+def _is_count(v: object) -> TypeGuard[int]:
+    """An ``int`` that is not a ``bool`` (and that a store's 64-bit column can hold:
+    a larger one fails here, the range check below names the limit)."""
+    return isinstance(v, int) and not isinstance(v, bool) and v <= INT64_MAX
+
+
+def _check_count(what: str, v: object) -> None:
+    """``v`` counts something: an int from 1 to what a 64-bit column holds."""
+    if not _is_count(v) or v < 1:
+        raise ConfigurationError(f"{what} must be an int from 1 to 2**63 - 1, got {v!r}")
 
 
 class Rng(Protocol):
@@ -50,10 +58,13 @@ class Exponential:
                     f"Exponential.{name} must be a number, got {getattr(self, name)!r}"
                 )
         if not (
-            0 <= self.base < math.inf and 1 <= self.factor < math.inf and 0 <= self.max < math.inf
+            0 <= self.base <= MAX_SECONDS
+            and 1 <= self.factor < math.inf
+            and 0 <= self.max <= MAX_SECONDS
         ):
             raise ConfigurationError(
-                "Exponential needs finite base >= 0, factor >= 1, max >= 0 (got "
+                f"Exponential needs base and max in 0 .. {MAX_SECONDS:.0e} seconds and a "
+                "finite factor >= 1 (got "
                 f"base={self.base!r}, factor={self.factor!r}, max={self.max!r})"
             )
         if self.jitter not in ("full", "equal", "none"):
@@ -115,7 +126,9 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         if not _is_count(self.max_attempts) or self.max_attempts < 1:
-            raise ConfigurationError(f"max_attempts must be an int >= 1, got {self.max_attempts!r}")
+            raise ConfigurationError(
+                f"max_attempts must be an int from 1 to 2**63 - 1, got {self.max_attempts!r}"
+            )
         if not isinstance(self.backoff, Exponential):
             raise ConfigurationError(
                 f"backoff must be an Exponential(...), got {type(self.backoff).__name__}"
@@ -151,9 +164,10 @@ class Timeout:
     def __post_init__(self) -> None:
         for name in ("start", "per_attempt", "idle"):
             v = getattr(self, name)
-            if v is not None and (not _is_number(v) or not 0 < v < math.inf):
+            if v is not None and (not _is_number(v) or not 0 < v <= MAX_SECONDS):
                 raise ConfigurationError(
-                    f"Timeout.{name} must be a positive finite number or None, got {v!r}"
+                    f"Timeout.{name} must be a positive finite number of seconds (at most "
+                    f"{MAX_SECONDS:.0e}) or None, got {v!r}"
                 )
 
 
@@ -168,20 +182,23 @@ class ConcurrencyPolicy:
 
     def __post_init__(self) -> None:
         if not _is_count(self.max_parallel) or self.max_parallel < 1:
-            raise ConfigurationError(f"max_parallel must be an int >= 1, got {self.max_parallel!r}")
+            raise ConfigurationError(
+                f"max_parallel must be an int from 1 to 2**63 - 1, got {self.max_parallel!r}"
+            )
         if not isinstance(self.limits, Mapping):
             raise ConfigurationError(f"limits must be a mapping tag -> int, got {self.limits!r}")
         for tag, n in self.limits.items():
             if not isinstance(tag, str) or not tag:
                 raise ConfigurationError(f"limits keys must be non-empty tag names, got {tag!r}")
             if not _is_count(n) or n < 1:
-                raise ConfigurationError(f"limit for tag {tag!r} must be an int >= 1, got {n!r}")
-        if not _is_count(self.default_priority):
-            raise ConfigurationError(
-                f"default_priority must be an int, got {self.default_priority!r}"
-            )
+                raise ConfigurationError(
+                    f"limit for tag {tag!r} must be an int from 1 to 2**63 - 1, got {n!r}"
+                )
+        check_int64("default_priority", self.default_priority)
         if self.per_bucket is not None and (not _is_count(self.per_bucket) or self.per_bucket < 1):
-            raise ConfigurationError(f"per_bucket must be an int >= 1, got {self.per_bucket!r}")
+            raise ConfigurationError(
+                f"per_bucket must be an int from 1 to 2**63 - 1, got {self.per_bucket!r}"
+            )
         object.__setattr__(self, "limits", MappingProxyType(dict(self.limits)))
 
 
@@ -209,8 +226,10 @@ class AggregationPolicy:
             raise ConfigurationError(f"unknown aggregation {self.kind!r}; known: {known}") from None
         object.__setattr__(self, "kind", kind)
         if kind is AggregationKind.QUORUM:
-            if not isinstance(self.n, int) or isinstance(self.n, bool) or self.n < 1:
-                raise ConfigurationError(f"quorum needs an int n >= 1, got {self.n!r}")
+            if not _is_count(self.n) or self.n < 1:
+                raise ConfigurationError(
+                    f"quorum needs an int n from 1 to 2**63 - 1, got {self.n!r}"
+                )
         elif self.n is not None:
             raise ConfigurationError(f"n is only meaningful for quorum, not {kind.value}")
 
@@ -247,7 +266,9 @@ class BucketPolicy:
 
     def __post_init__(self) -> None:
         if not _is_count(self.num_buckets) or self.num_buckets < 1:
-            raise ConfigurationError(f"num_buckets must be an int >= 1, got {self.num_buckets!r}")
+            raise ConfigurationError(
+                f"num_buckets must be an int from 1 to 2**63 - 1, got {self.num_buckets!r}"
+            )
 
     def bucket_for(self, key: str) -> int:
         if not isinstance(key, str):

@@ -31,6 +31,7 @@ __all__ = [
     "INT64_MIN",
     "MAX_SECONDS",
     "check_int64",
+    "check_reason",
     "check_same_call",
     "check_seconds",
     "check_text",
@@ -91,6 +92,11 @@ def check_text(arg: str, value: Any, *, empty: bool = False) -> str:
             f"({exc.reason} at position {exc.start})"
         ) from None
     return value
+
+
+def check_reason(value: Any) -> str | None:
+    """None, or a reason text the stores can write (empty allowed)."""
+    return None if value is None else check_text("reason", value, empty=True)
 
 
 # ------------------------------------------------------------ idempotency keys

@@ -14,6 +14,7 @@ from chongming_nb.control.spec import _validate, check_arguments, spec_of, wants
 from chongming_nb.core.errors import CircularDependency, ConfigurationError
 from chongming_nb.core.graph import Graph
 from chongming_nb.core.policies import AggregationKind, AggregationPolicy, JoinMode, RetryPolicy
+from chongming_nb.core.validation import check_int64, check_text
 
 __all__ = ["Pipeline"]
 
@@ -38,6 +39,7 @@ class Pipeline:
     ) -> None:
         if not isinstance(name, str) or not name.strip():
             raise ConfigurationError(f"a pipeline needs a non-empty name, got {name!r}")
+        check_text("pipeline name", name)
         if not isinstance(on_failure, AggregationPolicy):
             raise ConfigurationError(
                 f"on_failure must be an AggregationPolicy (FAIL_FAST, ALL_SETTLED, "
@@ -55,6 +57,7 @@ class Pipeline:
             for mode, members in modes.items():
                 if not isinstance(mode, str) or not mode:
                     raise ConfigurationError(f"mode names are non-empty strings, got {mode!r}")
+                check_text("mode name", mode)
                 if isinstance(members, str) or not isinstance(members, Iterable):
                     raise ConfigurationError(f"mode {mode!r} must list node names, got {members!r}")
                 names = tuple(self._dep_name(m, f"mode {mode!r}") for m in members)
@@ -82,6 +85,7 @@ class Pipeline:
         if name is not None:
             if not isinstance(name, str) or not name.strip():
                 raise ConfigurationError(f"node name must be a non-empty string, got {name!r}")
+            check_text("node name", name)
             if name in self._nodes:
                 raise ConfigurationError(f"pipeline {self.name!r} already has a node {name!r}")
             return name
@@ -158,9 +162,7 @@ class Pipeline:
             )
         else:
             items = list(items)
-        if max_parallel is not None and (
-            isinstance(max_parallel, bool) or not isinstance(max_parallel, int) or max_parallel < 1
-        ):
+        if max_parallel is not None and check_int64("max_parallel", max_parallel) < 1:
             raise ConfigurationError(f"max_parallel must be an int >= 1, got {max_parallel!r}")
         return self._add(
             fn, args, kwargs, deps, when, retry, join, name, compensate, timeout, tags,
