@@ -87,6 +87,7 @@ from chongming_nb.core.validation import (
     check_text,
 )
 from chongming_nb.runtime import timeouts
+from chongming_nb.runtime.cancellation import CancellationToken
 from chongming_nb.runtime.clock import SYSTEM_CLOCK
 from chongming_nb.runtime.executors import (
     ExecutionHandle,
@@ -157,6 +158,7 @@ class _Task:
     abandoned: ExecutionHandle | None = None
     exec_attempt: int = 0  # attempt number of the live execution, 0 = none
     holds_slot: bool = False
+    sleeper: CancellationToken | None = None  # in ctx.sleep: the token its timer wakes
     live: tuple[Any, Any, Any, Any] | None = None
     progress_event_at: float = -1e18
     hb: Heartbeat | None = None
@@ -222,6 +224,9 @@ class _Reporter:
     def upstream(self, key: Any) -> Any:
         return self.ctl._upstream_value(self.task, key)
 
+    def sleep(self, seconds: float, token: CancellationToken) -> float:
+        return self.ctl._sleep(self.task, self.attempt, seconds, token)
+
     def finished(self, outcome: Outcome) -> None:
         self.ctl._on_finished(self.task, self.attempt, outcome)
 
@@ -277,6 +282,9 @@ class Controller:
         # one condition for every wait(): a threading.Event per task would cost ~600
         # bytes per finished task (Condition + locks + deque) for nothing
         self._terminal = threading.Condition(self._lock)
+        # ctx.sleep: a woken sleeper waits here for a slot; it goes before queued tasks
+        self._slot_freed = threading.Condition(self._lock)
+        self._waking = 0
         # tasks someone is in wait() for (and how many threads): only their ends notify,
         # so a thread waiting for one task is not woken by every other task's end
         self._awaited: dict[_Task, int] = {}
@@ -744,6 +752,8 @@ class Controller:
             return
         t.holds_slot = False
         self._running -= 1
+        if self._waking:
+            self._slot_freed.notify_all()
         for tag in t.snap.tags:
             if tag in self.concurrency.limits or tag in self._run_limits:
                 self._tag_use[tag] -= 1
@@ -799,7 +809,7 @@ class Controller:
             self._settle_pending()
         launches: list[_Launch] = []
         skipped: list[tuple[int, int, str]] = []
-        while self._ready and self._running < self.concurrency.max_parallel:
+        while self._ready and self._running + self._waking < self.concurrency.max_parallel:
             item = heapq.heappop(self._ready)
             t = self._tasks[item[2]]
             if t.snap.status is not S.QUEUED:
@@ -1260,6 +1270,40 @@ class Controller:
 
     # ---------------------------------------------------------------- timers
 
+    def _sleep(self, t: _Task, attempt: int, seconds: float, token: CancellationToken) -> float:
+        """``ctx.sleep`` of an in-process attempt: its slot is free for other tasks until
+        a timer (on this controller's clock) wakes it, or a stop or pause does; then it
+        takes a slot again, before any queued task. Returns the seconds left (> 0 when a
+        stop or a pause ended the sleep early)."""
+        clock = self._clock
+        with self._lock:
+            if t.exec_attempt != attempt:
+                return 0.0
+            wake_at = clock.monotonic() + seconds
+            had_slot = t.holds_slot
+            self._free_slot(t)
+            t.sleeper = token
+            self._push_timer(wake_at, "wake", t.snap.task_id, attempt)
+            picked = self._pick_for_pump()
+        self._pump(picked)
+        try:
+            token.sleep(None)
+        finally:
+            with self._lock:
+                t.sleeper = None
+                if had_slot and not token.stop_requested:
+                    self._waking += 1
+                    try:
+                        while not token.stop_requested and not (
+                            self._running < self.concurrency.max_parallel and self._fits(t)
+                        ):
+                            self._slot_freed.wait(TICK_SECONDS)
+                    finally:
+                        self._waking -= 1
+                    if not token.stop_requested:
+                        self._take_slot(t)
+        return max(0.0, wake_at - clock.monotonic())
+
     def _dispatch_loop(self) -> None:
         next_hb = 0.0
         while True:
@@ -1327,6 +1371,10 @@ class Controller:
                     "pause rolled back: the task did not reach a checkpoint in time "
                     "(it keeps running)",
                 )
+        elif kind == "wake":
+            token = t.sleeper
+            if t.exec_attempt == marker and token is not None:
+                token.wake()
         elif kind == "stop":
             if t.exec_attempt == marker and (s.status is S.STOPPING or t.timeout_kind is not None):
                 self._stop_window_expired(t)

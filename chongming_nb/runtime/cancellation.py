@@ -46,12 +46,14 @@ class CancellationToken:
         "_pause",
         "_probe",
         "_stop",
+        "_wake",
         "beats",
         "flag",
         "on_pause_reached",
         "on_resumed",
         "paused",
         "reason",
+        "sleeping",
     )
 
     def __init__(self, *, armed: bool = False) -> None:
@@ -61,9 +63,11 @@ class CancellationToken:
         self.beats = 0
         self.reason: str | None = None
         self.paused = False
+        self.sleeping = False  # in ``sleep``: alive, though it answers no probe
         self._stop = False
         self._pause = False
         self._probe = armed
+        self._wake = False
         self._lock = threading.Lock()
         # built on first use, over ``_lock``: most attempts never see a stop or a pause,
         # and a Condition costs more to build than the rest of the token
@@ -108,6 +112,16 @@ class CancellationToken:
         with self._lock:
             self._pause = True
             self.flag = True
+            if self._cond is not None:  # a task in ``sleep`` returns at once
+                self._cond.notify_all()
+
+    def wake(self) -> None:
+        """End the current (or the next) ``sleep`` early: the controller's timer for a
+        sleeping task calls this at its wake time."""
+        cond = self._condition()
+        with cond:
+            self._wake = True
+            cond.notify_all()
 
     def resume(self) -> None:
         """Withdraw a pause request and wake a checkpoint blocked in a pause."""
@@ -127,6 +141,20 @@ class CancellationToken:
             self.flag = True
 
     # ------------------------------------------------------ delivery (task thread)
+
+    def sleep(self, timeout: float | None) -> bool:
+        """Block until ``wake()``, a stop or a pause request, or ``timeout`` seconds of
+        real time (None: no limit). True when a stop or a pause ended it. A ``wake()``
+        that came before the call ends it at once (the waker cannot lose the race)."""
+        cond = self._condition()
+        with cond:
+            self.sleeping = True
+            try:
+                cond.wait_for(lambda: self._wake or self._stop or self._pause, timeout)
+                return self._stop or self._pause
+            finally:
+                self.sleeping = False
+                self._wake = False
 
     def checkpoint(self) -> None:
         """Return at once unless a stop (raise TaskCancelled), a pause (block) or a

@@ -7,6 +7,7 @@ held over from an earlier attempt would carry a token that nobody signals any mo
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 from itertools import count, islice
@@ -14,6 +15,8 @@ from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from chongming_nb.core.errors import ConfigurationError
+from chongming_nb.core.validation import check_seconds
 from chongming_nb.runtime.cancellation import CancellationToken
 
 if TYPE_CHECKING:
@@ -32,6 +35,8 @@ _first = itemgetter(0)
 _BATCH_TARGET_LOW = 0.002
 _BATCH_TARGET_HIGH = 0.008
 _MAX_BATCH = 1 << 20
+# ctx.sleep without a controller behind it wakes this often to answer liveness probes
+_LOCAL_SLEEP_SLICE = 1.0
 
 
 class _TaskLogAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]
@@ -107,6 +112,30 @@ class TaskContext:
 
     async def acheckpoint(self) -> None:
         await self.token.acheckpoint()
+
+    def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` as a task that gives its place away: under a controller's
+        thread executor the task releases its concurrency slot while it sleeps (another
+        task may run) and no idle timeout counts the sleep. A stop ends the sleep at once
+        (TaskCancelled: the task ends STOPPED); a pause too (the task pauses, and sleeps
+        the time that was left after its resume).
+
+        Elsewhere (process, dask) the task sleeps where it is, holding its slot, and
+        still answers stop, pause and liveness checks within a second."""
+        left = check_seconds("ctx.sleep seconds", seconds)
+        if left is None:
+            raise ConfigurationError("ctx.sleep seconds must be a number of seconds, got None")
+        token = self.token
+        token.checkpoint()
+        sleep = getattr(self._reporter, "sleep", None)
+        while left > 0:
+            if sleep is not None:
+                left = sleep(left, token)  # the controller: slot released, woken by its timer
+            else:
+                start = time.monotonic()
+                token.sleep(min(left, _LOCAL_SLEEP_SLICE))
+                left -= time.monotonic() - start
+            token.checkpoint()  # a stop raises here; a pause blocks here until resume
 
     def progress(
         self,

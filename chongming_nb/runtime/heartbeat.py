@@ -9,6 +9,9 @@ a heartbeat at the sampling time, so idle detection is accurate to the sampling
 interval, and a checkpoint costs one lock round trip per interval, not one increment
 per call.
 
+A paused task and a task in ``ctx.sleep`` (``token.paused`` / ``token.sleeping``) count
+as alive at every sample: neither is stuck, and neither reaches a checkpoint meanwhile.
+
 Invariant: after every sample (and from the creation of a ``Heartbeat``) a probe is
 armed, so a task that checkpoints at least once between two samples shows a changed
 counter at the second one.
@@ -34,7 +37,7 @@ class Heartbeat:
         token = self.token
         count = token.beats
         token.arm_probe()  # after the read: an answer from now on shows at the next sample
-        if count != self.last_count or token.paused:
+        if count != self.last_count or token.paused or token.sleeping:
             self.last_count = count
             self.last_beat = now
             return True

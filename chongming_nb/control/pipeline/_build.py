@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from chongming_nb.control.pipeline._bodies import Expand, Gather, NodeCall, Restored, RunWhen
 from chongming_nb.control.pipeline._node import Node
 from chongming_nb.control.pipeline._resume import file_name
+from chongming_nb.control.pipeline._sleep import SleepBody, SleepStep
 from chongming_nb.control.spec import wants_context
 from chongming_nb.core.policies import JoinMode, RetryPolicy
 from chongming_nb.core.states import TERMINAL, TaskStatus
@@ -99,7 +100,8 @@ def materialize(run: PipelineRun, restored: Mapping[str, Any] | None = None) -> 
             nr.expander = tid  # the collector comes once the items are known
         else:
             save_to = _output_path(run, node)
-            call = NodeCall(node.fn, wants_context(node.fn), save_to, run._serializer(node))
+            fn = SleepBody(run, name, node.fn) if isinstance(node.fn, SleepStep) else node.fn
+            call = NodeCall(fn, wants_context(fn), save_to, run._serializer(node))
             nr.output = save_to
             tid = _create(
                 run,

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from chongming_nb.control.pipeline._node import NOT_A_MAP, Node, join_mode
 from chongming_nb.control.pipeline._resume import Previous, load_previous
 from chongming_nb.control.pipeline._run import PipelineRun
 from chongming_nb.control.pipeline._serializer import PickleSerializer, Serializer, check_serializer
+from chongming_nb.control.pipeline._sleep import sleep_step
 from chongming_nb.control.spec import _validate, check_arguments, spec_of, wants_context
 from chongming_nb.core.errors import CircularDependency, ConfigurationError
 from chongming_nb.core.graph import Graph
@@ -167,6 +169,29 @@ class Pipeline:
         return self._add(
             fn, args, kwargs, deps, when, retry, join, name, compensate, timeout, tags,
             priority, executor, serializer, items, max_parallel,
+        )  # fmt: skip
+
+    def sleep(
+        self,
+        name: str,
+        seconds: float | None = None,
+        *,
+        until: datetime | None = None,
+        deps: Iterable[Node | str] = (),
+    ) -> Node:
+        """A step that waits: ``seconds`` after it starts, or ``until`` a timezone-aware
+        datetime. Its wake time is stored when it starts, so a run resumed from this one
+        (``submit(ctl, resume_from=run_id)``, also after a crash) waits only for the time
+        left, and a sleep that finished is not waited again. While it waits it holds no
+        concurrency slot; stop and pause reach it at once. Its output is the wake time
+        (ISO 8601)."""
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigurationError(f"sleep() needs a node name, got {name!r}")
+        step = sleep_step(seconds, until)
+        # in the kernel, on a thread: it records the wake time in the run
+        return self._add(
+            step, (), None, deps, None, None, JoinMode.ALL_SUCCEEDED, name, None, None,
+            None, None, "thread", None, NOT_A_MAP, None,
         )  # fmt: skip
 
     def _add(

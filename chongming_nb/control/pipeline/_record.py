@@ -69,6 +69,7 @@ def run_spec(run: PipelineRun) -> dict[str, Any]:
             if run._tasks[t].role in ("node", "collector")
         ],
         "compensated": comp_nodes,
+        "wakes": {n: w.isoformat() for n, w in run._wakes.items()},
         "counts": run._count_values(),
     }
 

@@ -11,7 +11,8 @@ import re
 import tempfile
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,7 @@ class Previous:
     run_id: str
     outputs: dict[str, Path]  # node -> stored output (succeeded there)
     compensated: set[str]
+    wakes: dict[str, datetime] = field(default_factory=dict)  # sleep steps' wake times
 
 
 def artifacts_root(ctl: Any) -> Path:
@@ -57,6 +59,7 @@ def load_previous(ctl: Any, run_id: str) -> Previous:
     manifest next to its outputs (all three are merged when present)."""
     outputs: dict[str, Path] = {}
     compensated: set[str] = set()
+    wakes: dict[str, datetime] = {}
     found = False
     outputs_dir: Path | None = None
     mem = RUNS.get(run_id)
@@ -65,7 +68,7 @@ def load_previous(ctl: Any, run_id: str) -> Previous:
         with mem._lock:
             spec = run_spec(mem)
         outputs_dir = Path(spec["outputs_dir"]) if spec.get("outputs_dir") else None
-        _merge_spec(spec, outputs, compensated)
+        _merge_spec(spec, outputs, compensated, wakes)
     store = getattr(ctl, "store", None)
     if store is not None:
         try:
@@ -78,7 +81,7 @@ def load_previous(ctl: Any, run_id: str) -> Previous:
             spec = dict(rec.spec)
             if spec.get("outputs_dir"):
                 outputs_dir = Path(spec["outputs_dir"])
-            _merge_spec(spec, outputs, compensated)
+            _merge_spec(spec, outputs, compensated, wakes)
     if outputs_dir is None:
         cand = artifacts_root(ctl) / "pipelines" / run_id
         if (cand / "manifest.jsonl").exists():
@@ -94,6 +97,8 @@ def load_previous(ctl: Any, run_id: str) -> Previous:
                         outputs[rec_line["node"]] = Path(rec_line["output"])
                     elif rec_line.get("event") == "compensated":
                         compensated.add(rec_line["node"])
+                    elif rec_line.get("event") == "sleep":
+                        wakes[rec_line["node"]] = datetime.fromisoformat(rec_line["wake_at"])
     if not found:
         raise ConfigurationError(
             f"resume_from: unknown run {run_id!r} (not in this process, the store, or "
@@ -101,11 +106,19 @@ def load_previous(ctl: Any, run_id: str) -> Previous:
         )
     for n in compensated:
         outputs.pop(n, None)  # rolled back: its effects are gone, run it again
-    return Previous(run_id, outputs, compensated)
+    return Previous(run_id, outputs, compensated, wakes)
 
 
-def _merge_spec(spec: Mapping[str, Any], outputs: dict[str, Path], comp: set[str]) -> None:
+def _merge_spec(
+    spec: Mapping[str, Any],
+    outputs: dict[str, Path],
+    comp: set[str],
+    wakes: dict[str, datetime],
+) -> None:
     for n in spec.get("nodes", ()):
         if n.get("status") == S.SUCCEEDED.value and n.get("output"):
             outputs[n["name"]] = Path(n["output"])
     comp.update(spec.get("compensated", ()))
+    for n, at in (spec.get("wakes") or {}).items():
+        with contextlib.suppress(TypeError, ValueError):
+            wakes[n] = datetime.fromisoformat(at)

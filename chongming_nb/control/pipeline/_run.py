@@ -17,6 +17,7 @@ import secrets
 import threading
 from collections import Counter
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -87,6 +88,8 @@ class PipelineRun:
         self._first_failure: str | None = None
         self._success_order: dict[str, None] = {}
         self._rollback = Rollback(self)
+        # sleep steps: node -> wake time, fixed when the step first started (or earlier run)
+        self._wakes: dict[str, datetime] = dict(previous.wakes) if previous else {}
         self._run_status = PipelineRunStatus.RUNNING
         self._published: PipelineRunStatus | None = None
         self._done = threading.Event()

@@ -122,7 +122,7 @@ def _mirror(
         reporter.flush_progress()
         beats = token.beats
         token.arm_probe()  # after the read: the next answer shows at the next sample
-        if beats != last_beats or token.paused:
+        if beats != last_beats or token.paused or token.sleeping:
             last_beats = beats
             try:
                 send(("beat", token.paused))
