@@ -202,6 +202,31 @@ def _hook_cell_end(shell: Any) -> bool:
     return True
 
 
+# -------------------------------------------------------------------- the row
+
+
+def _row_bundle(ctl: Any, table: Any, task_id: str) -> dict[str, Any]:
+    """The loop's row as a display bundle: the live widget view (when there is one) and
+    a text/html and text/plain snapshot of the task as it is now."""
+    from chongming_nb.notebook.display import WIDGET_MIME, snapshot_bundle
+    from chongming_nb.notebook.rows import build_row
+
+    data = snapshot_bundle(ctl, [build_row(ctl.get(task_id), ctl.can_all(task_id))], title=None)
+    if table is not None and table.comm is not None:
+        data[WIDGET_MIME] = {"version_major": 2, "version_minor": 1, "model_id": table.model_id}
+    return data
+
+
+def _display_row(ctl: Any, task_id: str) -> tuple[Any, Any]:
+    """Display the loop's row with a display id (updated when the loop ends)."""
+    from IPython.display import display
+
+    from chongming_nb.notebook.display import make_table
+
+    table = make_table(ctl, task_ids=[task_id], kind="task")
+    return table, display(_row_bundle(ctl, table, task_id), raw=True, display_id=True)
+
+
 # ----------------------------------------------------------------------- the bar
 
 
@@ -335,6 +360,7 @@ class tqdm(Generic[T]):
         self._iterating = False
         self._rec: Any = None
         self._dh: Any = None
+        self._table: Any = None
         self._fp: Any = None
         self._token: CancellationToken | None = None
         self._chain: list[tqdm[Any]] = []
@@ -382,9 +408,7 @@ class tqdm(Generic[T]):
         if shell is not None and threading.current_thread() is threading.main_thread():
             self._cell = _hook_cell_end(shell)
             try:
-                from IPython.display import display
-
-                self._dh = display(ctl.handle(self._rec.task_id), display_id=True)
+                self._table, self._dh = _display_row(ctl, self._rec.task_id)
             except Exception:  # no front end after all: the record stands
                 self._dh = None
         self._refresh_text(force=True)
@@ -550,9 +574,6 @@ class tqdm(Generic[T]):
                 self._fp.flush()
             except Exception:
                 pass
-        if self._dh is not None and not self._keep():
-            with contextlib.suppress(Exception):
-                self._dh.update({"text/plain": ""}, raw=True)
 
     def _keep(self) -> bool:
         # tqdm's leave=None: keep the bar only when it is not nested in another
@@ -568,6 +589,21 @@ class tqdm(Generic[T]):
             else:
                 self._rec.finish_failed(self.n, exc)
         self._leave()
+        self._show_final()
+
+    def _show_final(self) -> None:
+        """The cell's output takes the loop's final state (so a saved notebook and its
+        html export show how it ended), or goes away with ``leave=False``."""
+        dh, self._dh = self._dh, None
+        if dh is None or self._rec is None:
+            return
+        with contextlib.suppress(Exception):
+            if self._keep():
+                dh.update(_row_bundle(self._rec.ctl, self._table, self._rec.task_id), raw=True)
+            else:
+                dh.update({"text/plain": ""}, raw=True)
+                if self._table is not None:
+                    self._table.close()
 
     def _end_stopped(self, reason: str) -> None:
         if self._ended:
@@ -577,6 +613,7 @@ class tqdm(Generic[T]):
         if self._rec is not None:
             self._rec.finish_stopped(self.n, reason)
         self._leave()
+        self._show_final()
 
     def close(self) -> None:
         """End the bar (the loop's task succeeds with the count it reached)."""

@@ -103,6 +103,9 @@ def test_a_loop_in_a_notebook_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyP
     shown = [o for o in out[1] if o.get("output_type") == "display_data"]
     assert shown and "convert" in shown[0]["data"]["text/plain"]
     assert "application/vnd.jupyter.widget-view+json" in shown[0]["data"]
+    # the output took the loop's final state (what a saved notebook shows)
+    assert "stopped" in shown[0]["data"]["text/plain"]
+    assert "stopped" in shown[0]["data"]["text/html"]
     assert _json(out[2]) == {"status": "stopped", "done": 101, "executor": "loop"}
     (boom,) = _errors(out[3])
     assert boom["ename"] == "ValueError" and len(boom["traceback"]) > 1  # a real traceback
