@@ -130,10 +130,12 @@ def _on_sigint(signum: int, frame: FrameType | None) -> None:
         _last_interrupt = None
         raise KeyboardInterrupt
     outer = next((lp for lp in _stack() if not lp._ended), None)
-    if outer is None:  # nothing to stop kindly
+    if outer is None:  # nothing to stop kindly: what the previous handler would do
         prev = _sigint_prev
         if callable(prev):
             prev(signum, frame)
+            return
+        if prev == signal.SIG_IGN:
             return
         raise KeyboardInterrupt
     _last_interrupt = now

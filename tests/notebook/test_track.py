@@ -387,3 +387,16 @@ def test_a_stop_inside_progress_apply_leaves_no_partial_result(ctl: cn.Controlle
     with pytest.raises(cn.Stopped, match="rows: stopped by you at 10 / 100"):
         s.progress_apply(f)
     assert calls == list(range(10))  # the stop landed before the 11th call
+
+
+def test_an_interrupt_between_loops_does_what_the_previous_handler_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from chongming_nb.notebook import track as tr
+
+    monkeypatch.setattr(tr, "_last_interrupt", None)
+    monkeypatch.setattr(tr, "_sigint_prev", signal.SIG_IGN)
+    tr._on_sigint(signal.SIGINT, None)  # ignored, as before the loop
+    monkeypatch.setattr(tr, "_sigint_prev", signal.SIG_DFL)
+    with pytest.raises(KeyboardInterrupt):
+        tr._on_sigint(signal.SIGINT, None)
