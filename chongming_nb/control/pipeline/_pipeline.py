@@ -17,6 +17,7 @@ from chongming_nb.core.errors import CircularDependency, ConfigurationError
 from chongming_nb.core.graph import Graph
 from chongming_nb.core.policies import AggregationKind, AggregationPolicy, JoinMode, RetryPolicy
 from chongming_nb.core.validation import check_int64, check_text
+from chongming_nb.pictures import GraphPicture, layout, nodes_of
 
 __all__ = ["Pipeline"]
 
@@ -271,14 +272,21 @@ class Pipeline:
     def __len__(self) -> int:
         return len(self._nodes)
 
-    def graph(self) -> Graph:
+    def dag(self) -> Graph:
         """The validated DAG (raises UnknownDependency / CircularDependency)."""
         return Graph({n.name: n.deps for n in self._nodes.values()})
+
+    def graph(self) -> GraphPicture:
+        """The pipeline as a picture before any run: its nodes in dependency layers, join
+        modes, ``when`` conditions, compensations and map fan-outs marked. Displays as an
+        SVG; ``.to_svg(path)`` writes it. (A run's ``graph()`` adds statuses.)"""
+        self.dag()  # validated first: an unknown or circular dependency is an error here
+        return layout(nodes_of(self._nodes.values()), title=f"pipeline {self.name}")
 
     def plan(self, mode: str | None = None) -> list[Node]:
         """The nodes a run in ``mode`` executes, in order. Validates everything a
         submit would (and creates nothing)."""
-        graph = self.graph()
+        graph = self.dag()
         if mode is None:
             order = list(graph.topological_order())
         else:

@@ -38,7 +38,7 @@ from chongming_nb.core.events import PipelineRunStatusChanged, TaskWarning
 from chongming_nb.core.models import FailureKind
 from chongming_nb.core.policies import AggregationKind
 from chongming_nb.core.states import TERMINAL, UNOCCUPIED, TaskStatus
-from chongming_nb.pictures import Timeline, from_source
+from chongming_nb.pictures import GraphPicture, Timeline, from_source, layout, nodes_of
 
 if TYPE_CHECKING:
     from chongming_nb.control.pipeline._pipeline import Pipeline
@@ -468,6 +468,31 @@ class PipelineRun:
         """The attempt timeline of this run's tasks (compensations and map items included):
         one lane per task, retry waits, pauses and stops marked, slots underneath."""
         return from_source(self.ctl, pipeline_run_id=self.id, title=f"run {self.name}", **filters)
+
+    def graph(self) -> GraphPicture:
+        """The run's DAG as it stands: each node toned by its status, with its progress, a
+        map's fan-out and done count, and whether its compensation ran."""
+        with self._lock:
+            node_runs = list(self._nodes.values())
+        undone = {e["node"]: ("ok" if e["ok"] else "failed") for e in self.compensations}
+        state: dict[str, dict[str, Any]] = {}
+        for nr in node_runs:
+            tid = nr.task_id or nr.expander
+            entry: dict[str, Any] = {}
+            if tid is not None:
+                snap = self.ctl.get(tid)
+                entry["status"] = snap.status.value
+                if snap.progress is not None:
+                    entry["done"] = snap.progress.done
+                    entry["total"] = snap.progress.total
+            if nr.node.is_map and nr.children:
+                children = self.ctl.list_tasks(ids=list(nr.children))
+                entry["items"] = len(nr.children)
+                entry["items_done"] = sum(c.status in TERMINAL for c in children)
+            if nr.node.name in undone:
+                entry["compensation"] = undone[nr.node.name]
+            state[nr.node.name] = entry
+        return layout(nodes_of([nr.node for nr in node_runs], state), title=f"run {self.name}")
 
     def to_frame(self) -> Any:
         """One row per task of the run (map children and item tasks included) plus one
