@@ -27,6 +27,7 @@ import json
 import math
 import os
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import fields, is_dataclass
@@ -137,11 +138,40 @@ def _progress(s: TaskSnapshot) -> str:
     return f"{p.done:g}/{total}{unit}{pct}"
 
 
-def _table(rows: Sequence[Sequence[str]], header: Sequence[str], out: _Masked) -> None:
-    cells = [[clean(c) for c in header]] + [[clean(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+def _table(
+    rows: Sequence[Sequence[str]],
+    header: Sequence[str],
+    out: _Masked,
+    *,
+    widths: list[int] | None = None,
+) -> list[int]:
+    """Write ``rows`` as columns under ``header``; returns the widths. With ``widths``
+    (a later part of a streamed table) the header is not repeated and the widths of the
+    first part are kept (a longer cell pushes its line only)."""
+    cells = [[clean(c) for c in r] for r in rows]
+    if widths is None:
+        cells.insert(0, [clean(c) for c in header])
+        widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
     for r in cells:
         out.write("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n")
+    return widths
+
+
+#: Rows per page when ``ps --limit 0`` streams every task.
+_STREAM_PAGE = 1000
+_PS_HEADER = ("ID", "NAME", "STATUS", "ATTEMPT", "PROGRESS", "CREATED", "OWNER")
+
+
+def _ps_row(s: TaskSnapshot) -> tuple[str, ...]:
+    return (
+        s.task_id,
+        s.name,
+        s.status.value,
+        f"{s.attempt}/{s.max_attempts}",
+        _progress(s),
+        _when(s.created_at),
+        s.lease_owner or "-",
+    )
 
 
 # ------------------------------------------------------------------- commands
@@ -199,27 +229,41 @@ class Cli:
             tag=a.tag,
             name_prefix=a.name,
             pipeline_run_id=a.run,
-            limit=None if a.limit <= 0 else a.limit,
+            limit=a.limit if a.limit > 0 else _STREAM_PAGE,
         )
-        snaps = self.store.query(q)
+        # one keyset page for --limit N (its cost does not grow with the store); all
+        # pages, each written as it comes, for --limit 0 (memory does not grow either)
+        after: str | None = a.after
+        widths: list[int] | None = None
+        shown = 0
         if a.json:
-            self.emit_json(snaps)
+            self.out.write("[")
+        while True:
+            try:
+                snaps, after = self.store.page(q, after=after)
+            except StoreError as exc:
+                if a.after is not None and shown == 0:
+                    raise CliError(EXIT_USAGE, f"--after: {exc}") from exc
+                raise
+            if a.json:
+                for s in snaps:
+                    sep = ",\n" if shown else "\n"
+                    item = json.dumps(to_jsonable(s), indent=2, ensure_ascii=False)
+                    self.out.write(sep + textwrap.indent(item, "  "))
+                    shown += 1
+            else:
+                rows = [_ps_row(s) for s in snaps]
+                widths = _table(rows, _PS_HEADER, self.out, widths=widths)
+                shown += len(rows)
+            if after is None or a.limit > 0:
+                break
+        if a.json:
+            self.out.write("\n]\n" if shown else "]\n")
             return EXIT_OK
-        rows = [
-            (
-                s.task_id,
-                s.name,
-                s.status.value,
-                f"{s.attempt}/{s.max_attempts}",
-                _progress(s),
-                _when(s.created_at),
-                s.lease_owner or "-",
-            )
-            for s in snaps
-        ]
-        _table(rows, ("ID", "NAME", "STATUS", "ATTEMPT", "PROGRESS", "CREATED", "OWNER"), self.out)
-        if not snaps:
+        if not shown:
             self.out.write("(no tasks)\n")
+        elif after is not None:
+            self.out.write(f"(more: --after {after})\n")
         return EXIT_OK
 
     def cmd_status(self) -> int:
@@ -646,6 +690,7 @@ def _args_ps(ps: argparse.ArgumentParser) -> None:
     ps.add_argument("--name", help="name prefix")
     ps.add_argument("--run", help="pipeline run id")
     ps.add_argument("--limit", type=_count, default=50, help="at most N rows (0: all)")
+    ps.add_argument("--after", help="the page after this cursor (from '(more: --after ...)')")
 
 
 def _args_task(p: argparse.ArgumentParser) -> None:

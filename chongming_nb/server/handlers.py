@@ -14,12 +14,14 @@ import json
 import re
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import tornado.web
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 
+from chongming_nb.core.errors import StoreError
 from chongming_nb.core.models import Command, CommandState, TaskSnapshot
 from chongming_nb.core.state_machine import CONTROL_VERBS
 from chongming_nb.core.states import TaskStatus
@@ -116,7 +118,8 @@ def _kernel_of(snap: TaskSnapshot, owners: dict[str, OwnerRecord]) -> str | None
 
 
 class TasksHandler(_Base):
-    """``GET tasks?status=a,b&kernel=ID&notebook=PATH&name=PREFIX&limit=N``."""
+    """``GET tasks?status=a,b&kernel=ID&notebook=PATH&name=PREFIX&limit=N&after=CURSOR``:
+    one keyset page (``next`` is the cursor of the following page, or null)."""
 
     @tornado.web.authenticated
     async def get(self) -> None:
@@ -139,6 +142,9 @@ class TasksHandler(_Base):
             notebook = self.get_query_argument("notebook", None) or None
             name = self.get_query_argument("name", None) or None
             limit = self._int_arg("limit", DEFAULT_LIMIT, 0, MAX_LIMIT)
+            after = self.get_query_argument("after", None) or None
+            if after is not None and (len(after) > 80 or not after.isprintable()):
+                raise BadRequest(400, "after: not a page cursor")
         except BadRequest as err:
             self._fail(err)
             return
@@ -152,25 +158,33 @@ class TasksHandler(_Base):
         status_set = frozenset(statuses) or None
         cursor = await self.cm.feed.primed()
 
-        def read() -> tuple[list[TaskSnapshot], dict[TaskStatus, int]]:
+        def read() -> tuple[list[TaskSnapshot], str | None, dict[TaskStatus, int]]:
             store = self.cm.get_store()
             if kernels is None:
+                # a keyset page: its cost does not grow with the rows before it
                 q = TaskQuery(status=status_set, name_prefix=name, limit=limit)
-                return store.query(q), store.counts(TaskQuery(status=status_set, name_prefix=name))
+                snaps, following = store.page(q, after=after)
+                return snaps, following, store.counts(replace(q, limit=None))
             every = store.query(TaskQuery(status=status_set, name_prefix=name))
             mine = [s for s in every if _kernel_of(s, owners) in kernels]
             counts = dict.fromkeys(TaskStatus, 0)
             for s in mine:
                 counts[s.status] += 1
-            return mine[:limit], counts
+            return mine[:limit], None, counts
 
-        def answer() -> str:
+        def answer() -> str | BadRequest:
             # one query for the rows, one for the counts; rows and JSON built here, on a
             # store thread, so a big listing never holds up the event loop
-            snaps, counts = read()
+            try:
+                snaps, following, counts = read()
+            except StoreError as exc:
+                if after is None:
+                    raise
+                return BadRequest(400, f"after: {exc}")
             return encode(
                 {
                     "tasks": self._rows(snaps, owners, sessions),
+                    "next": following,
                     "counts": {k.value: v for k, v in counts.items()},
                     "cursor": cursor,
                     "sessions": sessions,
@@ -178,7 +192,11 @@ class TasksHandler(_Base):
                 }
             )
 
-        self._reply_json(await self.cm.run(answer))
+        got = await self.cm.run(answer)
+        if isinstance(got, BadRequest):
+            self._fail(got)
+            return
+        self._reply_json(got)
 
 
 class TaskHandler(_Base):

@@ -247,7 +247,28 @@ def upsert(table: str, columns: Sequence[str], key: Sequence[str]) -> str:
     )
 
 
-_SELECT_TASK = f"SELECT {_cols(codec.TASK_COLUMNS)} FROM tasks"
+_TASK_COLS = _cols(codec.TASK_COLUMNS)
+_SELECT_TASK = f"SELECT {_TASK_COLS} FROM tasks"
+#: Rows of a page when the query gives no limit.
+PAGE = 100
+
+
+def _parse_cursor(after: str | None, store: Any) -> tuple[int, datetime | None] | None:
+    """``(seq, created_at)`` of a page cursor (``"SEQ:TIME"``); StoreError if it is not
+    one ``page`` made."""
+    if after is None:
+        return None
+    seq, sep, when = str(after).partition(":")
+    try:
+        if not sep or not seq.isdigit():
+            raise ValueError
+        return int(seq), codec.text_to_dt(when) if when else None
+    except ValueError:
+        raise StoreError(
+            f"bad page cursor {str(after)[:60]!r} for {store.url}: use the cursor a page returned"
+        ) from None
+
+
 _COMMANDS = _cols(codec.COMMAND_COLUMNS)
 _COMMAND_TIMES = ("created_at", "lease_until", "completed_at")
 _TERMINAL_VALUES = sorted(s.value for s in TERMINAL)
@@ -411,6 +432,53 @@ class SqlStore(TouchViaTouchMany, WritesViaRecordBatch):
             sql += " LIMIT ?"
             params.append(q.limit)
         return [codec.row_to_snapshot(r) for r in self._fetch(sql, params)]
+
+    def page(
+        self, query: TaskQuery | None = None, *, after: str | None = None
+    ) -> tuple[list[TaskSnapshot], str | None]:
+        """One page of ``query``'s rows in its order (``query.limit`` rows, default
+        ``PAGE``), following the row the cursor ``after`` names; returns the rows and
+        the cursor of the next page (None after the last). Keyset pagination on the
+        indexed (created_at, seq): a page costs the same however many rows come before
+        it, and rows written meanwhile are neither repeated nor skipped."""
+        q = query or TaskQuery()
+        size = PAGE if q.limit is None else q.limit
+        newest = q.order == "newest"
+        cmp, way = ("<", "DESC") if newest else (">", "ASC")
+        mark = _parse_cursor(after, self)
+        where, params = task_where(q, self.dialect)
+        glue = " AND " if where else "WHERE "
+        rows: list[dict[str, Any]] = []
+        # dated rows first (the index order), then the undated ones (by seq)
+        if mark is None or mark[1] is not None:
+            cond = "created_at IS NOT NULL"
+            extra: list[Any] = []
+            if mark is not None:
+                cond += f" AND (created_at, seq) {cmp} (?, ?)"
+                extra = [self._t(mark[1]), mark[0]]
+            rows = self._fetch(
+                f"SELECT seq, {_TASK_COLS} FROM tasks {where}{glue}{cond} "
+                f"ORDER BY created_at {way}, seq {way} LIMIT ?",
+                [*params, *extra, size + 1],
+            )
+        if len(rows) <= size:
+            cond = "created_at IS NULL"
+            extra = []
+            if mark is not None and mark[1] is None:
+                cond += f" AND seq {cmp} ?"
+                extra = [mark[0]]
+            rows += self._fetch(
+                f"SELECT seq, {_TASK_COLS} FROM tasks {where}{glue}{cond} "
+                f"ORDER BY seq {way} LIMIT ?",
+                [*params, *extra, size + 1 - len(rows)],
+            )
+        more = len(rows) > size
+        rows = rows[:size]
+        snaps = [codec.row_to_snapshot(r) for r in rows]
+        if not more or not rows:
+            return snaps, None
+        last = snaps[-1]
+        return snaps, f"{rows[-1]['seq']}:{codec.dt_to_text(last.created_at) or ''}"
 
     def counts(self, query: TaskQuery | None = None) -> dict[TaskStatus, int]:
         where, params = task_where(query or TaskQuery(), self.dialect)

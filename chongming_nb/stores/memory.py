@@ -54,11 +54,17 @@ def order_snapshots(
     rows: Sequence[tuple[int, TaskSnapshot]], order: str = "newest"
 ) -> list[TaskSnapshot]:
     """Order ``(creation_seq, snapshot)`` pairs the way every backend does."""
+    return [s for _, s in _order_rows(rows, order)]
+
+
+def _order_rows(
+    rows: Sequence[tuple[int, TaskSnapshot]], order: str
+) -> list[tuple[int, TaskSnapshot]]:
     dated = [r for r in rows if r[1].created_at is not None]
     undated = [r for r in rows if r[1].created_at is None]
     dated.sort(key=lambda r: (r[1].created_at, r[0]), reverse=order == "newest")
     undated.sort(key=lambda r: r[0], reverse=order == "newest")
-    return [s for _, s in dated + undated]
+    return dated + undated
 
 
 class InMemoryStore(TouchViaTouchMany):
@@ -162,6 +168,30 @@ class InMemoryStore(TouchViaTouchMany):
             rows = [r for r in self._tasks.values() if matches(q, r[1])]
         out = order_snapshots(rows, q.order)
         return out if q.limit is None else out[: q.limit]
+
+    def page(
+        self, query: TaskQuery | None = None, *, after: str | None = None
+    ) -> tuple[list[TaskSnapshot], str | None]:
+        """As ``SqlStore.page``: ``query.limit`` rows (default 100) after the cursor."""
+        q = query or TaskQuery()
+        size = 100 if q.limit is None else q.limit
+        with self._lock:
+            self._check_open()
+            rows = [r for r in self._tasks.values() if matches(q, r[1])]
+        ordered = _order_rows(rows, q.order)
+        start = 0
+        if after is not None:
+            seqs = [seq for seq, _ in ordered]
+            try:
+                start = seqs.index(int(after)) + 1
+            except ValueError:
+                raise StoreError(
+                    f"bad page cursor {str(after)[:60]!r} for {self.url}: "
+                    "use the cursor a page returned"
+                ) from None
+        chunk = ordered[start : start + size]
+        more = start + size < len(ordered) and bool(chunk)
+        return [s for _, s in chunk], str(chunk[-1][0]) if more else None
 
     def counts(self, query: TaskQuery | None = None) -> dict[TaskStatus, int]:
         q = query or TaskQuery()

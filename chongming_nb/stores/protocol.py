@@ -210,6 +210,15 @@ class TaskStore(Protocol):
 
     def query(self, query: TaskQuery | None = None) -> list[TaskSnapshot]: ...
 
+    def page(
+        self, query: TaskQuery | None = None, *, after: str | None = None
+    ) -> tuple[list[TaskSnapshot], str | None]:
+        """``query``'s rows one page at a time: ``query.limit`` rows (default 100) after
+        the row named by ``after`` (a cursor from the previous page), and the cursor of
+        the next page (None after the last). Rows created meanwhile are never repeated;
+        a bad cursor raises StoreError."""
+        ...
+
     def counts(self, query: TaskQuery | None = None) -> dict[TaskStatus, int]:
         """Number of snapshots per status among those matching ``query`` (its
         ``limit`` and ``order`` are ignored). Every status is a key."""

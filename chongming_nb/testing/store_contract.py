@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -313,6 +314,38 @@ class StoreContract:
         ]  # fmt: skip
         for r in rows:
             store.create(r)
+
+    def case_page_walks_the_query_in_order(self, store: TaskStore) -> None:
+        # ties in created_at, undated tasks, a filter: pages of 4 give query()'s rows
+        for i in range(23):
+            status = S.FAILED if i % 3 == 0 else S.SUCCEEDED
+            created = None if i in (5, 17) else at(i // 3)
+            store.create(snap(f"p{i:02d}", status=status).evolve(created_at=created))
+        for order in ("newest", "oldest"):
+            for status in (None, frozenset({S.SUCCEEDED})):
+                q = TaskQuery(status=status, order=order)  # type: ignore[arg-type]
+                walked: list[str] = []
+                cursor: str | None = None
+                pages = 0
+                while True:
+                    rows, cursor = store.page(replace(q, limit=4), after=cursor)
+                    expect(len(rows) <= 4, "a page holds at most limit rows")
+                    walked += ids(rows)
+                    pages += 1
+                    if cursor is None:
+                        break
+                expect_eq(walked, ids(store.query(q)), f"pages of {order}, status {status}")
+                expect(pages == -(-len(walked) // 4), "no empty page before the end")
+        first, cursor = store.page(TaskQuery(limit=5))
+        store.create(snap("p-new", created_at=at(100)))  # newer than every page
+        rest: list[str] = []
+        while cursor is not None:
+            rows, cursor = store.page(TaskQuery(limit=5), after=cursor)
+            rest += ids(rows)
+        expect("p-new" not in rest and not set(rest) & set(ids(first)), "no repeats")
+        expect_eq(len(first) + len(rest), 23, "every row once while others are written")
+        expect_eq(store.page(TaskQuery(limit=0)), ([], None), "limit=0: an empty last page")
+        expect_raises(StoreError, lambda: store.page(after="not-a-cursor"), "bad cursor")
 
     def case_query_filters(self, store: TaskStore) -> None:
         self._seed_query(store)

@@ -89,6 +89,23 @@ async def test_filters_status_kernel_name_and_limit(jp_fetch, two_kernels):
     assert len(data["tasks"]) == 2
 
 
+async def test_listing_pages_by_cursor(jp_fetch, two_kernels):
+    """``next`` names the following page: every task once, newest first, then null."""
+    whole = [r["task_id"] for r in (await get_json(jp_fetch, "tasks"))["tasks"]]
+    seen: list[str] = []
+    params: dict[str, str] = {"limit": "3"}
+    while True:
+        data = await get_json(jp_fetch, "tasks", **params)
+        seen += [r["task_id"] for r in data["tasks"]]
+        assert data["counts"]["running"] == 1  # the counts are of the whole listing
+        if data["next"] is None:
+            break
+        params["after"] = data["next"]
+    assert seen == whole and len(whole) == 4
+    code, body = await fail(jp_fetch, "tasks", after="12x:nope")
+    assert code == 400 and "cursor" in body["message"]
+
+
 @pytest.mark.parametrize(
     ("params", "needle"),
     [

@@ -1,0 +1,114 @@
+"""``chongming ps`` pages through a big store: one keyset page for ``--limit N`` (with the
+cursor of the next), every page streamed for ``--limit 0`` with memory that does not
+grow with the store."""
+
+from __future__ import annotations
+
+import io
+import json
+import tracemalloc
+from pathlib import Path
+
+from chongming_nb.cli.main import main
+from chongming_nb.stores import SqliteStore, TaskQuery
+from chongming_nb.testing.history import generate_history
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def _store(path: Path, tasks: int) -> list[str]:
+    store = SqliteStore(path)
+    generate_history(store, tasks, attempts=1)
+    newest = [s.task_id for s in store.query(TaskQuery())]
+    store.close()
+    return newest
+
+
+def _ids(text: str) -> list[str]:
+    return [line.split()[0] for line in text.splitlines()[1:] if line.startswith("g")]
+
+
+def test_limit_pages_follow_each_other_by_cursor(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    newest = _store(db, 23)
+    seen: list[str] = []
+    code, out, _ = run("--store", str(db), "ps", "--limit", "10")
+    assert code == 0
+    while True:
+        seen += _ids(out)
+        last = out.splitlines()[-1]
+        if not last.startswith("(more: --after "):
+            break
+        cursor = last.removeprefix("(more: --after ").removesuffix(")")
+        code, out, _ = run("--store", str(db), "ps", "--limit", "10", "--after", cursor)
+        assert code == 0
+    assert seen == newest
+
+
+def test_limit_zero_streams_every_task_in_order(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    newest = _store(db, 2_345)  # more than two stream pages
+    code, out, _ = run("--store", str(db), "ps", "--limit", "0")
+    assert code == 0 and _ids(out) == newest and "(more" not in out
+    assert out.splitlines()[0].split() == [
+        "ID",
+        "NAME",
+        "STATUS",
+        "ATTEMPT",
+        "PROGRESS",
+        "CREATED",
+        "OWNER",
+    ]
+    assert sum(line.startswith("ID ") for line in out.splitlines()) == 1  # one header
+    code, out, _ = run("--store", str(db), "--json", "ps", "--limit", "0", "--status", "failed")
+    rows = json.loads(out)
+    assert code == 0 and [r["task_id"] for r in rows] == [
+        t for t in newest if int(t[1:], 16) % 10 == 9
+    ]
+    code, out, _ = run("--store", str(db), "--json", "ps", "--status", "stopped", "--limit", "0")
+    assert code == 0 and json.loads(out) == []
+
+
+def test_a_bad_cursor_is_a_usage_error(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    _store(db, 3)
+    code, out, err = run("--store", str(db), "ps", "--after", "nonsense")
+    assert code == 2 and "--after" in err and "cursor" in err and out == ""
+
+
+class _Sink(io.TextIOBase):
+    """Counts what is written and keeps nothing (so only ps's own memory is measured)."""
+
+    def __init__(self) -> None:
+        self.lines = 0
+
+    def write(self, text: str) -> int:
+        self.lines += text.count("\n")
+        return len(text)
+
+
+def _peak(db: Path) -> tuple[int, int]:
+    sink = _Sink()
+    tracemalloc.start()
+    try:
+        code = main(["--store", str(db), "ps", "--limit", "0"], out=sink, err=io.StringIO())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert code == 0
+    return peak, sink.lines
+
+
+def test_limit_zero_memory_does_not_grow_with_the_store(tmp_path: Path) -> None:
+    small, big = tmp_path / "small.db", tmp_path / "big.db"
+    _store(small, 2_000)
+    _store(big, 10_000)
+    peak_small, lines_small = _peak(small)
+    peak_big, lines_big = _peak(big)
+    assert lines_small == 2_001 and lines_big == 10_001
+    # five times the tasks, not five times the memory: one page is held at a time
+    assert peak_big < 1.5 * peak_small, (peak_small, peak_big)
