@@ -99,6 +99,12 @@ class EventBus:
         self._thread = threading.Thread(target=self._run, name="chongming-recorder", daemon=True)
         self._thread.start()
 
+    def persist_with(self, persist: Callable[[list[Any]], None]) -> None:
+        """Write every batch with ``persist`` before publishing it (set before the
+        first ``put_many``)."""
+        self._persist = persist
+        self.consumed = True
+
     def subscribe(self, callback: Callback, flt: EventFilter = None) -> Callable[[], None]:
         if not callable(callback):
             raise TypeError(f"watch() needs a callable, got {callback!r}")

@@ -201,10 +201,5 @@ class LoopRecord:
 
 def _launch_now(ctl: Controller, task_id: str) -> None:
     """Launch a loop's task now, in this thread, if the scheduler left it queued (every
-    slot busy). Its stale entry in the ready queue is skipped by status later."""
-    with ctl._lock:
-        t = ctl._tasks[task_id]
-        launch = ctl._prepare_launch(t) if t.snap.status is TaskStatus.QUEUED else None
-        ctl._flush_outbox()
-    if launch is not None:
-        ctl._launch(*launch)
+    slot busy)."""
+    ctl._launch_now(task_id)

@@ -16,6 +16,19 @@ from dataclasses import asdict, is_dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from chongming_nb.control.messages import (
+    STORE_WRITES,
+    AppendLog,
+    ClearAttempts,
+    CreateTask,
+    KeepRecord,
+    Outgoing,
+    SaveAttempt,
+    SaveSnapshot,
+    TouchHeartbeat,
+    TouchLease,
+    TouchProgress,
+)
 from chongming_nb.core.errors import ConfigurationError
 from chongming_nb.core.events import (
     AdminOverride,
@@ -37,7 +50,9 @@ from chongming_nb.core.states import NON_TERMINAL, TaskStatus
 from chongming_nb.stores.protocol import EventRecord, OwnerRecord, TaskQuery, Touch
 
 if TYPE_CHECKING:
+    from chongming_nb.control.book import TaskBook
     from chongming_nb.control.controller import Controller
+    from chongming_nb.stores.protocol import TaskStore
 
 log = logging.getLogger("chongming_nb.persistence")
 
@@ -90,7 +105,7 @@ def event_record(ev: Event) -> EventRecord:
 _DURABLE: dict[type, bool] = {}
 
 
-def write_batch(store: Any, batch: Sequence[Any]) -> int:
+def write_batch(store: Any, batch: Sequence[Outgoing]) -> int:
     """Write one recorder batch; returns how many writes failed (0 when all landed).
 
     A store with ``record_batch`` (the SQL backends) gets the whole batch as one
@@ -108,37 +123,39 @@ def write_batch(store: Any, batch: Sequence[Any]) -> int:
     add_item = items.append
     add_transition = transitions.append
     durable = _DURABLE
+    writes = STORE_WRITES
     for item in batch:
-        # store writes are tuples, everything else is an event; most common first
+        # most items are events (published; some kept in the event table)
         cls = item.__class__
-        if cls is not tuple:
+        if cls not in writes:
             keep = durable.get(cls)
             if keep is None:
                 keep = durable[cls] = issubclass(cls, DURABLE_EVENTS)
             if keep:
                 events.append(event_record(item))
             continue
-        op = item[0]
-        if op == "save":  # per task: ~4 saves, 2 attempts, a create, a record
-            add_item((item[1], item[2]))
-            add_transition(item[3])
-        elif op == "attempt":
-            rec: AttemptRecord = item[1]
+        if cls is SaveSnapshot:  # per task: ~4 saves, 2 attempts, a create, a record
+            add_item((item.snap, item.expect))
+            add_transition(item.transition)
+        elif cls is SaveAttempt:
+            rec: AttemptRecord = item.record
             attempts[(rec.task_id, rec.attempt)] = rec
-        elif op == "create":
-            add_item((item[1], None))
-        elif op == "record":
-            events.append(item[1])
-        elif op == "touch":
-            touches.append(Touch(task_id=item[1], progress=item[2]))
-        elif op == "beat":
-            touches.append(Touch(task_id=item[1], heartbeat_at=item[2]))
-        elif op == "lease":
-            touches.append(Touch(task_id=item[1], lease_owner=item[2], lease_until=item[3]))
-        elif op == "log":
-            logs.setdefault(item[1], []).append(item[2])
-        elif op == "clear_attempts":
-            tid = item[1]
+        elif cls is CreateTask:
+            add_item((item.snap, None))
+        elif cls is KeepRecord:
+            events.append(item.record)
+        elif cls is TouchProgress:
+            touches.append(Touch(task_id=item.task_id, progress=item.progress))
+        elif cls is TouchHeartbeat:
+            touches.append(Touch(task_id=item.task_id, heartbeat_at=item.at))
+        elif cls is TouchLease:
+            touches.append(
+                Touch(task_id=item.task_id, lease_owner=item.owner, lease_until=item.until)
+            )
+        elif cls is AppendLog:
+            logs.setdefault(item.task_id, []).append(item.line)
+        elif cls is ClearAttempts:
+            tid = item.task_id
             clears.append(tid)
             # what the clear deletes: attempts recorded before it, not those after it
             for key in [k for k in attempts if k[0] == tid]:
@@ -266,12 +283,29 @@ def owner_alive(owner: str | None, owners: dict[str, OwnerRecord], now: datetime
 class StoreLink:
     """Everything the controller does with its store besides recording batches."""
 
-    def __init__(self, ctl: Controller, store: Any) -> None:
+    def __init__(self, ctl: Controller, book: TaskBook, store: TaskStore) -> None:
         self.ctl = ctl
+        self.book = book
         self.store = store
         self._next_owner_beat = 0.0
         self._next_renew = 0.0
-        self._started_at = ctl._clock.now()
+        self._started_at = book.clock.now()
+
+    def persist(self, batch: list[Outgoing]) -> None:
+        """Recorder thread: write a batch to the store, in order, grouped."""
+        try:
+            self.ctl.persist_failures += write_batch(self.store, batch)
+        except Exception:
+            self.ctl.persist_failures += 1
+            log.exception("store write failed; the task goes on")
+
+    def safe_tick(self, mono: float) -> None:
+        """Dispatcher thread: ``tick``, a failure counted and logged."""
+        try:
+            self.tick(mono)
+        except Exception:
+            self.ctl.persist_failures += 1
+            log.exception("store tick failed")
 
     # ------------------------------------------------------------ periodic
     def tick(self, mono: float) -> None:
@@ -297,7 +331,7 @@ class StoreLink:
                     pid=pid if pid is not None else os.getpid(),
                     kernel_id=kernel,
                     started_at=self._started_at,
-                    heartbeat_at=ctl._clock.now(),
+                    heartbeat_at=self.book.clock.now(),
                 )
             )
         except Exception:
@@ -308,14 +342,15 @@ class StoreLink:
         ctl = self.ctl
         if not ctl.owner:
             return
-        until = ctl._clock.now() + timedelta(seconds=LEASE_SECONDS)
-        with ctl._lock:
-            ids = [tid for tid, t in ctl._tasks.items() if t.snap.status in NON_TERMINAL]
+        until = self.book.clock.now() + timedelta(seconds=LEASE_SECONDS)
+        book = self.book
+        with book.lock:
+            ids = [tid for tid, t in book.tasks.items() if t.snap.status in NON_TERMINAL]
             for tid in ids:
-                t = ctl._tasks[tid]
+                t = book.tasks[tid]
                 t.snap = t.snap.evolve(lease_owner=ctl.owner, lease_until=until)
-                ctl._outbox.append(("lease", tid, ctl.owner, until))
-        ctl._flush_outbox()
+                book.outbox.append(TouchLease(tid, ctl.owner, until))
+        book.flush_outbox()
 
     def poll_commands(self) -> int:
         """Claim the commands addressed to this controller's tasks and apply them as if
@@ -328,11 +363,11 @@ class StoreLink:
             ctl.persist_failures += 1
             log.exception("reading the command queue failed")
             return 0
-        with ctl._lock:
-            mine = frozenset(c.task_id for c in pending if c.task_id in ctl._tasks)
+        with self.book.lock:
+            mine = frozenset(c.task_id for c in pending if c.task_id in self.book.tasks)
         if not mine:
             return 0
-        now = ctl._clock.now()
+        now = self.book.clock.now()
         try:
             claimed = store.claim_commands(
                 owner=ctl.owner or "controller",
@@ -356,7 +391,7 @@ class StoreLink:
             try:
                 store.complete_command(
                     cmd.command_id,
-                    now=ctl._clock.now(),
+                    now=self.book.clock.now(),
                     outcome=outcome,
                     state=CommandState.DONE if ok else CommandState.REJECTED,
                 )
@@ -376,12 +411,12 @@ class StoreLink:
                 f"on_orphan must be fail, requeue or manual, got {on_orphan!r}"
             )
         ctl = self.ctl
-        now = ctl._clock.now()
+        now = self.book.clock.now()
         owners = {o.owner_id: o for o in self.store.owners()}
         out: dict[str, list[str]] = {"lost": [], "requeued": [], "manual": []}
-        sm = StateMachine(ctl._clock)
+        sm = StateMachine(self.book.clock)
         for snap in self.store.query(TaskQuery(status=frozenset(NON_TERMINAL))):
-            if snap.task_id in ctl._tasks or snap.lease_owner == ctl.owner:
+            if snap.task_id in self.book.tasks or snap.lease_owner == ctl.owner:
                 continue
             expired = snap.lease_until is not None and snap.lease_until < now
             if owner_alive(snap.lease_owner, owners, now) and not expired:
@@ -432,7 +467,7 @@ class StoreLink:
         fn = ctl.registry.get(snap.name)
         h = ctl.submit(fn, *payload.get("args", []), name=snap.name, **payload.get("kwargs", {}))
         log.info("requeued orphan %s as %s", snap.task_id, h.id)
-        sm = StateMachine(ctl._clock)
+        sm = StateMachine(self.book.clock)
         try:
             if snap.status in (
                 TaskStatus.STARTING,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from chongming_nb.control.controller import _status_set
+from chongming_nb.control.queries import status_set as _status_set
 from chongming_nb.core.errors import ConfigurationError, TaskNotFound
 from chongming_nb.core.models import AttemptRecord, TaskSnapshot, Transition
 from chongming_nb.core.states import TaskStatus

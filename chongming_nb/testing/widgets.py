@@ -24,7 +24,7 @@ from typing import Any
 import comm
 from comm.base_comm import BaseComm
 
-from chongming_nb.control.controller import _status_event
+from chongming_nb.control.book import status_event as _status_event
 from chongming_nb.core.clock import Clock
 from chongming_nb.core.errors import TaskError, TaskNotFound
 from chongming_nb.core.events import (

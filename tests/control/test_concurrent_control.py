@@ -159,9 +159,9 @@ def test_random_control_actions(kinds: list[int], actions: list[tuple[int, str, 
             assert [a.attempt for a in atts] == list(range(1, len(atts) + 1))
             assert all(a.ended_at is not None for a in atts)
         # no slot leaked
-        with ctl._lock:
-            assert ctl._running == 0
-            assert all(v == 0 for v in ctl._tag_use.values())
+        with ctl._book.lock:
+            assert ctl._admission.running == 0
+            assert all(v == 0 for v in ctl._admission.tag_use.values())
         assert errors.records == [], [r.getMessage() for r in errors.records]
     finally:
         logging.getLogger("chongming_nb").removeHandler(errors)

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from chongming_nb import ConcurrencyPolicy, Controller, TaskContext, TaskStatus
-from chongming_nb.control import controller as controller_module
+from chongming_nb.control import dispatcher as dispatcher_module
 
 S = TaskStatus
 DEADLINE = 10.0
@@ -22,20 +22,20 @@ DEADLINE = 10.0
 
 @pytest.fixture
 def ctl(monkeypatch: pytest.MonkeyPatch) -> Iterator[Controller]:
-    monkeypatch.setattr(controller_module, "TICK_SECONDS", 60.0)  # no backstop here
+    monkeypatch.setattr(dispatcher_module, "TICK_SECONDS", 60.0)  # no backstop here
     c = Controller(concurrency=ConcurrencyPolicy(max_parallel=2))
     yield c
     c.close(timeout=1)
 
 
 def _queued_report(ctl: Controller) -> bool:
-    return bool(ctl._pending_finishes)
+    return bool(ctl._attempts.pending_finishes)
 
 
 def _end_while_locked(ctl: Controller, release: threading.Event) -> None:
     """Let a task end while this thread holds the lock, and return once its worker
     has queued the report (it never waits for the lock)."""
-    with ctl._lock:
+    with ctl._book.lock:
         release.set()
         deadline = time.monotonic() + DEADLINE
         while not _queued_report(ctl):  # a condition with a deadline, not a fixed sleep
@@ -60,7 +60,7 @@ def test_wait_settles_a_report_queued_while_a_reader_held_the_lock(ctl: Controll
     first = ctl.submit(held)
     assert started.wait(DEADLINE)
     queued = ctl.submit(second)  # waits for a slot
-    assert ctl._tasks[queued.id].snap.status is S.QUEUED
+    assert ctl._book.tasks[queued.id].snap.status is S.QUEUED
 
     _end_while_locked(ctl, go)
     # Nothing else holds the lock from now on. wait() must settle the queued report
@@ -99,8 +99,8 @@ def test_a_progress_report_settles_what_was_queued_meanwhile(ctl: Controller) ->
     assert reported.wait(DEADLINE)
     # settled by the reporting worker itself, without a reader's help
     assert not _queued_report(ctl)
-    assert ctl._tasks[first.id].snap.status is S.SUCCEEDED
-    assert ctl._tasks[queued.id].snap.status is not S.QUEUED
+    assert ctl._book.tasks[first.id].snap.status is S.SUCCEEDED
+    assert ctl._book.tasks[queued.id].snap.status is not S.QUEUED
     assert queued.result(timeout=5) == "next"
     report.set()
     r.wait(DEADLINE)
@@ -118,14 +118,14 @@ def test_a_waiter_is_woken_by_its_own_task_not_by_every_other_end(ctl: Controlle
     """A thread in wait(a) is not woken (a GIL and lock hand-over each) when other
     tasks end: in a drain of many short tasks that made the waiter and the workers
     take turns, several context switches per task."""
-    ctl._terminal = _CountingCondition(ctl._lock)
+    ctl._book.terminal = _CountingCondition(ctl._book.lock)
     _CountingCondition.notified = 0
     go = threading.Event()
     a = ctl.submit(lambda ctx: go.wait(DEADLINE))
     waiter = threading.Thread(target=ctl.wait, args=(a, DEADLINE))
     waiter.start()
     deadline = time.monotonic() + DEADLINE
-    while not ctl._awaited:  # the waiter is registered (a condition, with a deadline)
+    while not ctl._book.awaited:  # the waiter is registered (a condition, with a deadline)
         assert time.monotonic() < deadline
         time.sleep(0.001)
     ended = threading.Semaphore(0)
@@ -139,11 +139,11 @@ def test_a_waiter_is_woken_by_its_own_task_not_by_every_other_end(ctl: Controlle
     for _ in others:  # every other task ended, learnt without wait()
         assert ended.acquire(timeout=DEADLINE)
     unsub()
-    assert all(ctl._tasks[h.id].snap.status is S.SUCCEEDED for h in others)
+    assert all(ctl._book.tasks[h.id].snap.status is S.SUCCEEDED for h in others)
     assert _CountingCondition.notified == 0  # the waiter for `a` slept through them
     before = _CountingCondition.notified
     go.set()
     waiter.join(DEADLINE)
     assert not waiter.is_alive()
     assert _CountingCondition.notified == before + 1
-    assert not ctl._awaited
+    assert not ctl._book.awaited

@@ -77,7 +77,7 @@ def test_pause_resume_in_place(rig: Rig) -> None:
     wait_status(ctl, h, S.RUNNING)
     assert h.pause().status is S.PAUSING
     wait_status(ctl, h, S.PAUSED)
-    handle = ctl._task(h.id).handle
+    handle = ctl._book.task(h.id).handle
     assert handle is not None
     wait_until(ctl, lambda: handle.token.paused, what="checkpoint blocked in pause")
     assert h.resume().status is S.RUNNING
@@ -298,7 +298,7 @@ def settle_heartbeat(ctl, h) -> None:  # type: ignore[no-untyped-def]
     """Heartbeats are sampled by the dispatcher: a checkpoint counts as a sign of life at
     the first sample after it. Once the task sits still (its gate entered), take that
     sample now, so a later jump of the fake clock is not mistaken for activity."""
-    t = ctl._task(h.id)
+    t = ctl._book.task(h.id)
     wait_until(ctl, lambda: t.hb is not None, what="heartbeat attached")
     t.hb.sample(ctl._clock.monotonic())
 
@@ -319,7 +319,7 @@ def test_idle_timeout(rig: Rig, clock) -> None:  # type: ignore[no-untyped-def]
     clock.advance(29)
     assert ctl.get(h).status is S.RUNNING
     clock.advance(2)
-    handle = ctl._task(h.id).handle
+    handle = ctl._book.task(h.id).handle
     assert handle is not None
     wait_until(ctl, lambda: handle.token.stop_requested, what="idle timeout fired")
     g.release()
@@ -334,7 +334,7 @@ def test_checkpoints_keep_an_idle_timeout_away(rig: Rig, clock) -> None:  # type
     g = rig.gate()
     h = ctl.submit(g.cooperative, "alive", timeout=Timeout(idle=10))
     wait_status(ctl, h, S.RUNNING)
-    t = ctl._task(h.id)
+    t = ctl._book.task(h.id)
     handle = t.handle
     assert handle is not None
     wait_until(ctl, lambda: t.hb is not None, what="heartbeat attached")
@@ -358,7 +358,7 @@ def test_idle_timeout_on_a_stubborn_thread_ends_lost(rig: Rig, clock) -> None:  
     assert g.entered.wait(5)
     settle_heartbeat(ctl, h)
     clock.advance(11)
-    handle = ctl._task(h.id).handle
+    handle = ctl._book.task(h.id).handle
     assert handle is not None
     wait_until(ctl, lambda: handle.token.stop_requested, what="idle timeout fired")
     clock.advance(6)
@@ -411,7 +411,7 @@ def test_start_timeout(rig: Rig, clock) -> None:  # type: ignore[no-untyped-def]
     wait_until(ctl, lambda: ctl.running(h.id), what="launched")
     assert ctl.get(h).status is S.STARTING
     clock.advance(6)
-    handle = ctl._task(h.id).handle
+    handle = ctl._book.task(h.id).handle
     assert handle is not None
     wait_until(ctl, lambda: handle.token.stop_requested, what="start timeout fired")
     ex.go.set()  # the carrier finally starts and meets the stop at its first checkpoint

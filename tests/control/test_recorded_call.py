@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from chongming_nb.control.controller import _recorded_call
+from chongming_nb.control.intake import recorded_call as _recorded_call
+from chongming_nb.control.messages import KeepRecord
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -27,8 +28,8 @@ def test_json_arguments_are_recorded_as_given(
     args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> None:
     item = _recorded_call("t1", NOW, args, kwargs)
-    assert item is not None and item[0] == "record"
-    rec = item[1]
+    assert isinstance(item, KeepRecord)
+    rec = item.record
     assert rec.type == "TaskCall" and rec.task_id == "t1" and rec.at == NOW
     assert rec.payload == {"args": list(args), "kwargs": kwargs}
     json.dumps(rec.payload)  # what the store will write

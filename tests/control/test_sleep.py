@@ -30,7 +30,7 @@ def test_a_second_task_runs_while_the_first_sleeps_with_max_parallel_1(
 ) -> None:
     ctl = make_ctl(concurrency=ConcurrencyPolicy(max_parallel=1))
     first = ctl.submit(sleeper(60))
-    wait_until(ctl, lambda: ctl._tasks[first.id].sleeper is not None, what="first asleep")
+    wait_until(ctl, lambda: ctl._book.tasks[first.id].sleeper is not None, what="first asleep")
     second = ctl.submit(lambda: "ran")
     assert second.result(timeout=DEADLINE) == "ran"  # the only slot was free
     assert first.status is S.RUNNING
@@ -52,11 +52,11 @@ def test_a_woken_sleeper_waits_for_a_slot_and_goes_before_queued_tasks(
         order.append("busy done")
 
     first = ctl.submit(sleeper(60, order))
-    wait_until(ctl, lambda: ctl._tasks[first.id].sleeper is not None, what="first asleep")
+    wait_until(ctl, lambda: ctl._book.tasks[first.id].sleeper is not None, what="first asleep")
     b = ctl.submit(busy)
     wait_status(ctl, b, S.RUNNING)
     clock.advance(60)  # the sleeper wakes while busy holds the only slot
-    wait_until(ctl, lambda: ctl._waking == 1, what="the sleeper waiting for its slot")
+    wait_until(ctl, lambda: ctl._admission.waking == 1, what="the sleeper waiting for its slot")
     queued = ctl.submit(lambda: order.append("queued ran"))
     assert ctl.get(queued.id).status is S.QUEUED
     release.set()
@@ -68,7 +68,7 @@ def test_a_woken_sleeper_waits_for_a_slot_and_goes_before_queued_tasks(
 def test_stop_during_a_sleep_stops_the_task_at_once(make_ctl: Callable[..., Controller]) -> None:
     ctl = make_ctl()
     h = ctl.submit(sleeper(3600))
-    wait_until(ctl, lambda: ctl._tasks[h.id].sleeper is not None, what="asleep")
+    wait_until(ctl, lambda: ctl._book.tasks[h.id].sleeper is not None, what="asleep")
     h.stop(timeout=DEADLINE)
     assert wait_status(ctl, h, S.STOPPED) is S.STOPPED  # no fake-clock advance needed
     assert ctl.stats().get("running", 0) == 0
@@ -79,12 +79,12 @@ def test_pause_during_a_sleep_pauses_then_sleeps_the_rest(
 ) -> None:
     ctl = make_ctl()
     h = ctl.submit(sleeper(60))
-    wait_until(ctl, lambda: ctl._tasks[h.id].sleeper is not None, what="asleep")
+    wait_until(ctl, lambda: ctl._book.tasks[h.id].sleeper is not None, what="asleep")
     clock.advance(20)
     h.pause(timeout=DEADLINE)
     wait_status(ctl, h, S.PAUSED)
     h.resume()
-    wait_until(ctl, lambda: ctl._tasks[h.id].sleeper is not None, what="asleep again")
+    wait_until(ctl, lambda: ctl._book.tasks[h.id].sleeper is not None, what="asleep again")
     clock.advance(39)
     assert h.status is S.RUNNING  # 20 + 39 < 60: still the rest to sleep
     clock.advance(1)
@@ -96,7 +96,7 @@ def test_a_sleep_is_not_an_idle_timeout(
 ) -> None:
     ctl = make_ctl()
     h = ctl.submit(sleeper(300), timeout=Timeout(idle=10))
-    t = ctl._tasks[h.id]
+    t = ctl._book.tasks[h.id]
     wait_until(ctl, lambda: t.sleeper is not None and t.hb is not None, what="asleep")
     t.hb.sample(clock.monotonic())  # type: ignore[union-attr]
     for _ in range(30):  # 300 s in 11 s steps: every idle window passes
@@ -119,7 +119,7 @@ def test_an_idle_task_that_does_not_sleep_still_times_out(
 
     h = ctl.submit(blocks, timeout=Timeout(idle=10))
     wait_status(ctl, h, S.RUNNING)
-    t = ctl._tasks[h.id]
+    t = ctl._book.tasks[h.id]
     wait_until(ctl, lambda: t.hb is not None, what="heartbeat attached")
     t.hb.sample(clock.monotonic())  # type: ignore[union-attr]
     clock.advance(11)

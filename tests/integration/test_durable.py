@@ -214,13 +214,16 @@ def test_write_through_matches_memory_and_failures_never_fail_a_task(tmp_path: P
 
                 return fail
 
-        ctl._store = Broken()  # every write now fails
+        link = ctl._link
+        assert link is not None
+        link.store = Broken()  # every write now fails
         h = ctl.submit(lambda ctx: "still fine")
         assert h.result(10) == "still fine"
         ctl.flush()
         assert ctl.persist_failures > 0
     finally:
-        ctl._store = store
+        if ctl._link is not None:
+            ctl._link.store = store
         ctl.close()
         store.close()
 

@@ -96,7 +96,7 @@ def test_wide_fan_out_honours_max_parallel(ctl: Controller) -> None:
     frame = run.to_frame()
     assert (frame["role"] == "child").sum() == 120
     # the map's tag limit is gone once the run is over
-    assert not ctl._run_limits
+    assert not ctl._admission.run_limits
 
 
 def test_wide_independent_nodes_respect_the_controller_limit(ctl: Controller) -> None:

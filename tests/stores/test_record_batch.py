@@ -4,10 +4,19 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
-from typing import Any
 
 import pytest
 
+from chongming_nb.control.messages import (
+    AppendLog,
+    ClearAttempts,
+    CreateTask,
+    Outgoing,
+    SaveAttempt,
+    SaveSnapshot,
+    TouchHeartbeat,
+    TouchProgress,
+)
 from chongming_nb.control.persistence import write_batch
 from chongming_nb.core.errors import ConcurrencyConflict, StoreError
 from chongming_nb.core.models import AttemptRecord, Progress
@@ -66,10 +75,10 @@ def test_a_full_snapshot_round_trips_through_create_and_save(store: TaskStore) -
 def test_a_clear_deletes_attempts_recorded_before_it_not_after(store: TaskStore) -> None:
     """reset() then a new run in one recorder batch: the new attempt 1 survives."""
     old = AttemptRecord("r", 1, at(1), at(2), outcome=S.FAILED, executor="thread")
-    assert write_batch(store, [("create", snap("r")), ("attempt", old)]) == 0
+    assert write_batch(store, [CreateTask(snap("r")), SaveAttempt(old)]) == 0
     fresh = AttemptRecord("r", 1, at(10), executor="thread")
     again = AttemptRecord("r", 1, at(3), executor="old")
-    batch: list[Any] = [("attempt", again), ("clear_attempts", "r"), ("attempt", fresh)]
+    batch: list[Outgoing] = [SaveAttempt(again), ClearAttempts("r"), SaveAttempt(fresh)]
     assert write_batch(store, batch) == 0
     assert store.attempts("r") == [fresh]
 
@@ -79,13 +88,13 @@ def test_write_batch_lands_every_kind_of_item(store: TaskStore) -> None:
     s1 = s0.evolve(status=S.QUEUED, status_version=1)
     line = LogRecord(at(1), "stdout", "hello")
     p = Progress(done=2, total=4, updated_at=at(2))
-    batch: list[Any] = [
-        ("create", s0),
-        ("save", s1, 0, transition("w", 1)),
-        ("attempt", AttemptRecord("w", 1, at(1))),
-        ("log", "w", line),
-        ("touch", "w", p),
-        ("beat", "w", at(3)),
+    batch: list[Outgoing] = [
+        CreateTask(s0),
+        SaveSnapshot(s1, 0, transition("w", 1)),
+        SaveAttempt(AttemptRecord("w", 1, at(1))),
+        AppendLog("w", line),
+        TouchProgress("w", p),
+        TouchHeartbeat("w", at(3)),
     ]
     assert write_batch(store, batch) == 0
     got = store.get("w")

@@ -1,0 +1,485 @@
+"""Attempts: what a running attempt reports, and how its end is settled.
+
+Owns the live executions (``executing``) and the reports that found the lock busy
+(``pending_starts`` / ``pending_finishes``, flat combining: a task thread never waits
+for the lock; whoever holds it, or takes it next, settles them in arrival order).
+Everything else it changes is a TaskEntry field under ``TaskBook.lock``.
+
+Invariant: an execution's late report (after it was abandoned, or after its task was
+forced or stopped while paused) never rewrites a recorded outcome (``exec_attempt`` is
+the attempt a report must name to count).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from collections import deque
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple, Protocol
+
+from chongming_nb.control.admission import Admission
+from chongming_nb.control.book import TaskBook, TaskEntry
+from chongming_nb.control.dependencies import Dependencies
+from chongming_nb.control.messages import AppendLog, TouchProgress
+from chongming_nb.control.timers import TICK_SECONDS, TimerKind, TimerQueue
+from chongming_nb.core.errors import ConfigurationError, TaskTimeout
+from chongming_nb.core.events import AttemptFailed, ProgressUpdated, TaskLogLine, TaskOutput
+from chongming_nb.core.models import Failure, FailureKind
+from chongming_nb.core.policies import Timeout
+from chongming_nb.core.states import TERMINAL, TaskStatus
+from chongming_nb.runtime.cancellation import CancellationToken
+from chongming_nb.runtime.executors import ExecutionRequest, Executor, Outcome
+from chongming_nb.stores.protocol import LogRecord
+
+S = TaskStatus
+
+#: At most one ProgressUpdated event per task per this many seconds.
+PROGRESS_EVENT_INTERVAL = 0.1
+#: Log lines kept in memory per task (older ones stay in the store, if any).
+LOG_RING = 2000
+
+
+class Launch(NamedTuple):
+    """One launch taken under the lock, run after it is released."""
+
+    task: TaskEntry
+    executor: Executor
+    request: ExecutionRequest
+    reporter: Reporter
+
+
+class Pump(Protocol):
+    """The launcher, as the rooms below it see it."""
+
+    def pick_for_pump(self) -> list[Launch] | None: ...
+
+    def pump(self, picked: list[Launch] | None = None) -> None: ...
+
+
+class Reporter:
+    """The controller's side of one attempt (see runtime.executors.base.Reporter)."""
+
+    __slots__ = ("attempt", "room", "task")
+
+    def __init__(self, room: Attempts, task: TaskEntry, attempt: int) -> None:
+        self.room = room
+        self.task = task
+        self.attempt = attempt
+
+    def started(self, pid: int | None = None) -> None:
+        self.room.on_started(self.task, self.attempt, pid)
+
+    def progress(
+        self, done: float | None, total: float | None, unit: str | None, message: str | None
+    ) -> None:
+        t = self.task
+        prev = t.live
+        if prev is None:
+            t.live = (done or 0, total, unit, message)
+        else:
+            t.live = (
+                prev[0] if done is None else done,
+                prev[1] if total is None else total,
+                prev[2] if unit is None else unit,
+                prev[3] if message is None else message,
+            )
+        now = self.room.book.clock.monotonic()
+        if now - t.progress_event_at >= PROGRESS_EVENT_INTERVAL or (
+            t.live[1] is not None and t.live[0] >= t.live[1]
+        ):
+            t.progress_event_at = now
+            self.room.on_progress_event(t)
+
+    def emit(self, kind: str, payload: Any) -> None:
+        self.room.on_emit(self.task, kind, payload)
+
+    def log(self, stream: str, line: str, level: str | None) -> None:
+        self.room.on_log(self.task, stream, line, level)
+
+    def pause_reached(self) -> bool:
+        return self.room.on_pause_reached(self.task, self.attempt)
+
+    def resumed(self) -> None:
+        pass
+
+    def heartbeat(self) -> None:
+        if self.task.hb is not None:
+            self.task.hb.beat(self.room.book.clock.monotonic())
+
+    def upstream(self, key: Any) -> Any:
+        return self.room.deps.upstream_value(self.task, key)
+
+    def sleep(self, seconds: float, token: CancellationToken) -> float:
+        return self.room.sleep(self.task, self.attempt, seconds, token)
+
+    def finished(self, outcome: Outcome) -> None:
+        self.room.on_finished(self.task, self.attempt, outcome)
+
+
+class Attempts:
+    def __init__(
+        self,
+        book: TaskBook,
+        admission: Admission,
+        deps: Dependencies,
+        timers: TimerQueue,
+        rng: random.Random,
+    ) -> None:
+        self.book = book
+        self.admission = admission
+        self.deps = deps
+        self.timers = timers
+        self.rng = rng
+        self.pump: Pump  # the launcher, set when it is built (it sits above this room)
+        self.executing: set[TaskEntry] = set()
+        # (task, attempt, wall time, monotonic) of starts reported while the lock was busy
+        self.pending_starts: deque[tuple[TaskEntry, int, datetime, float]] = deque()
+        # (task, attempt, outcome) of attempt ends reported while the lock was busy
+        self.pending_finishes: deque[tuple[TaskEntry, int, Outcome]] = deque()
+
+    def reporter(self, t: TaskEntry, attempt: int) -> Reporter:
+        return Reporter(self, t, attempt)
+
+    # ------------------------------------------------ reports (task threads)
+
+    def on_started(self, t: TaskEntry, attempt: int, pid: int | None) -> None:
+        book = self.book
+        lock = book.lock
+        if pid is None and not lock.acquire(blocking=False):
+            # Contended: do not queue up behind the lock (on a free core that costs a
+            # GIL hand-over per task). The start is noted, with its time, and recorded by
+            # the next critical section that settles pending starts: the attempt's own
+            # end, the next scheduling pass, a read, or the dispatcher's tick (<= 50 ms).
+            self.pending_starts.append((t, attempt, book.clock.now(), book.clock.monotonic()))
+            return
+        if pid is not None:
+            lock.acquire()
+        try:
+            if self.pending_starts or self.pending_finishes:
+                self.settle_pending()
+            self.started(t, attempt, pid, None, book.clock.monotonic())
+            if book.outbox:
+                book.flush_outbox()  # same critical section: one lock round-trip
+        finally:
+            lock.release()
+
+    def on_progress_event(self, t: TaskEntry) -> None:
+        book = self.book
+        p = book.live_progress(t)
+        if p is None:
+            return
+        ev = ProgressUpdated(
+            event_id=book.new_event_id(),
+            at=p.updated_at or book.clock.now(),
+            task_id=t.snap.task_id,
+            progress=p,
+        )
+        with book.lock:
+            book.outbox.append(ev)
+            if book.store is not None:
+                book.outbox.append(TouchProgress(t.snap.task_id, p))
+        self.unlocked()
+
+    def on_emit(self, t: TaskEntry, kind: str, payload: Any) -> None:
+        book = self.book
+        with book.lock:
+            book.event(
+                t,
+                TaskOutput(
+                    event_id=book.new_event_id(),
+                    at=book.clock.now(),
+                    task_id=t.snap.task_id,
+                    kind=kind,
+                    payload=payload,
+                ),
+            )
+        self.unlocked()
+
+    def on_log(self, t: TaskEntry, stream: str, line: str, level: str | None) -> None:
+        book = self.book
+        now = book.clock.now()
+        rec = LogRecord(now, stream, line, level)
+        with book.lock:
+            if t.logs is None:
+                t.logs = deque(maxlen=LOG_RING)
+            t.logs.append(rec)
+            book.outbox.append(
+                TaskLogLine(
+                    event_id=book.new_event_id(),
+                    at=now,
+                    task_id=t.snap.task_id,
+                    stream=stream,
+                    line=line,
+                    level=level,
+                )
+            )
+            if book.store is not None:
+                book.outbox.append(AppendLog(t.snap.task_id, rec))
+        self.unlocked()
+
+    def on_pause_reached(self, t: TaskEntry, attempt: int) -> bool:
+        book = self.book
+        with book.lock:
+            if t.exec_attempt != attempt or t.snap.status is not S.PAUSING:
+                return False
+            book.apply(t, book.sm.confirm_paused)
+        self.unlocked()
+        return True
+
+    def on_finished(self, t: TaskEntry, attempt: int, outcome: Outcome) -> None:
+        # Flat combining: the report is queued, and whoever holds the lock settles it.
+        # A worker that finds the lock busy does not wait for it (on a free core every
+        # wait is a GIL hand-over); the holder settles queued reports before its next
+        # scheduling pass and re-checks after releasing (see Launcher.pump), and the
+        # dispatcher's tick (<= 50 ms) settles whatever is left.
+        self.pending_finishes.append((t, attempt, outcome))
+        lock = self.book.lock
+        if not lock.acquire(blocking=False):
+            return
+        try:
+            self.settle_pending()
+            picked = self.pump.pick_for_pump()
+        finally:
+            lock.release()
+        self.pump.pump(picked)
+
+    def sleep(self, t: TaskEntry, attempt: int, seconds: float, token: CancellationToken) -> float:
+        """``ctx.sleep`` of an in-process attempt: its slot is free for other tasks until
+        a timer (on this controller's clock) wakes it, or a stop or pause does; then it
+        takes a slot again, before any queued task. Returns the seconds left (> 0 when a
+        stop or a pause ended the sleep early)."""
+        book = self.book
+        admission = self.admission
+        clock = book.clock
+        with book.lock:
+            if t.exec_attempt != attempt:
+                return 0.0
+            wake_at = clock.monotonic() + seconds
+            had_slot = t.holds_slot
+            admission.free_slot(t)
+            t.sleeper = token
+            self.timers.push(wake_at, TimerKind.WAKE, t.snap.task_id, attempt)
+            picked = self.pump.pick_for_pump()
+        self.pump.pump(picked)
+        try:
+            token.sleep(None)
+        finally:
+            with book.lock:
+                t.sleeper = None
+                if had_slot and not token.stop_requested:
+                    admission.waking += 1
+                    try:
+                        while not token.stop_requested and not (
+                            admission.running < admission.concurrency.max_parallel
+                            and admission.fits(t)
+                        ):
+                            admission.slot_freed.wait(TICK_SECONDS)
+                    finally:
+                        admission.waking -= 1
+                    if not token.stop_requested:
+                        admission.take_slot(t)
+        return max(0.0, wake_at - clock.monotonic())
+
+    # ------------------------------------------------ settling queued reports
+
+    def catch_up(self) -> None:
+        """For readers: settle what was reported while the lock was busy (and schedule
+        what that frees), so a read shows every report made before it."""
+        if self.pending_starts or self.pending_finishes:
+            with self.book.lock:
+                self.settle_pending()
+                picked = self.pump.pick_for_pump()
+            self.pump.pump(picked)
+
+    def unlocked(self) -> None:
+        """Right after a thread that does not pump released the lock: settle the
+        reports queued while it held it (and launch what they free), else they wait
+        for the dispatcher's tick; and hand the outbox over either way."""
+        if self.pending_starts or self.pending_finishes:
+            self.catch_up()  # flushes the outbox too
+        else:
+            self.book.flush_outbox()
+
+    def settle_pending(self) -> None:
+        """Under the lock: record the starts, then the ends, reported while the lock
+        was busy (each queue in arrival order; a task's start precedes its end)."""
+        starts = self.pending_starts
+        while starts:
+            t, attempt, at, mono = starts.popleft()
+            self.started(t, attempt, None, at, mono)
+        finishes = self.pending_finishes
+        while finishes:
+            t, attempt, outcome = finishes.popleft()
+            self.finished(t, attempt, outcome)
+
+    def started(
+        self, t: TaskEntry, attempt: int, pid: int | None, at: datetime | None, mono: float
+    ) -> None:
+        # under the lock
+        if t.exec_attempt != attempt:
+            return
+        t.started_mono = mono
+        if t.hb is not None:
+            t.hb.beat(mono)  # idle time counts from the start, not the launch
+        if pid is not None:
+            t.snap = t.snap.evolve(pid=pid)
+        if t.snap.status is S.STARTING:
+            self.book.apply(t, self.book.sm.mark_running, pid=pid, at=at)
+        self.timers.arm_timeouts(t)
+
+    def end_execution(self, t: TaskEntry) -> None:
+        """Under the lock: the live execution is over (ended, failed to launch, or
+        abandoned); its slot is free."""
+        t.exec_attempt = 0
+        self.executing.discard(t)
+        t.handle = None
+        t.hb = None  # frees the attempt's token and reporter (memory per finished task)
+        self.admission.free_slot(t)
+
+    def finished(self, t: TaskEntry, attempt: int, outcome: Outcome) -> None:
+        # under the lock
+        book = self.book
+        if t.exec_attempt != attempt:
+            # abandoned earlier: its record is sticky; only note that it came back
+            if t.abandoned is not None:
+                book.warn(
+                    t,
+                    f"abandoned attempt {attempt} returned later ({outcome.kind}); "
+                    "its LOST record stands",
+                )
+            book.flush_outbox()  # safe under the lock: the bus never calls back in
+            return
+        self.end_execution(t)
+        if t.live is not None:
+            t.snap = t.snap.evolve(progress=book.live_progress(t))
+        st = t.snap.status
+        if st in TERMINAL:
+            # stopped while paused in place, or forced: the status stands
+            book.end_attempt(t, st, t.snap.failure)
+        else:
+            if st is S.PAUSING:
+                book.apply(t, book.sm.abort_pause, reason="the attempt ended before pausing")
+            if st is S.STARTING:
+                book.apply(t, book.sm.mark_running)
+            self._settle_outcome(t, outcome)
+        self.deps.after_status(t)
+
+    def _settle_outcome(self, t: TaskEntry, outcome: Outcome) -> None:
+        book = self.book
+        st = t.snap.status
+        if outcome.kind == "succeeded":
+            t.result = outcome.value
+            t.exception = None
+            now = book.clock.now()  # one reading for the attempt's end and the status
+            book.end_attempt(t, S.SUCCEEDED, None, now=now)
+            book.apply(t, book.sm.mark_succeeded, outcome=describe(outcome.value), now=now)
+            return
+        if outcome.kind == "cancelled":
+            if st is S.STOPPING:
+                fail = t.stop_failure  # None for a stop: a stop is not a failure
+                book.end_attempt(t, S.STOPPED, fail)
+                book.apply(t, book.sm.confirm_stopped, failure=fail, reason=t.stop_reason)
+                return
+            kind = t.timeout_kind or FailureKind.CANCELLED
+            exc: BaseException = (
+                timeout_error(t.spec.timeout, kind)
+                if t.timeout_kind
+                else ConfigurationError("TaskCancelled raised without a stop request")
+            )
+            retryable = t.timeout_kind is not None and t.spec.retry.is_retryable(exc)
+            fail = Failure(kind, str(exc), retryable=retryable, exception_type=type(exc).__name__)
+            t.exception = exc
+            self.fail(t, fail)
+            return
+        # failed or crashed
+        exc2 = outcome.exception
+        t.exception = exc2
+        kind = FailureKind.EXCEPTION if outcome.kind == "failed" else FailureKind.NONZERO_EXIT
+        retryable = st is not S.STOPPING and (
+            t.spec.retry.is_retryable(exc2) if exc2 is not None else outcome.kind == "crashed"
+        )
+        fail = Failure(
+            kind,
+            outcome.message or "failed",
+            traceback=outcome.traceback,
+            retryable=retryable,
+            exit_code=outcome.exit_code,
+            exception_type=outcome.exception_type,
+        )
+        self.fail(t, fail)
+
+    def fail(self, t: TaskEntry, fail: Failure) -> None:
+        """Under the lock: record a failed attempt; RETRY_WAIT (with its timer) when the
+        failure is retryable and attempts are left, else FAILED."""
+        book = self.book
+        s = t.snap
+        retry_at = None
+        delay = 0.0
+        if fail.retryable and s.attempt < s.max_attempts and s.status is not S.STOPPING:
+            delay = t.spec.retry.delay(max(1, s.attempt), self.rng)
+            retry_at = book.clock.now() + timedelta(seconds=delay)
+        book.end_attempt(t, S.FAILED, fail)
+        book.apply(t, book.sm.mark_failed, fail, retry_at=retry_at)
+        book.event(
+            t,
+            AttemptFailed(
+                event_id=book.new_event_id(),
+                at=book.clock.now(),
+                task_id=s.task_id,
+                attempt=s.attempt,
+                failure=fail,
+                record=t.attempts[-1] if t.attempts else None,
+            ),
+        )
+        if t.snap.status is S.RETRY_WAIT:
+            self.timers.push(
+                book.clock.monotonic() + delay,
+                TimerKind.RETRY,
+                s.task_id,
+                t.snap.status_version,
+            )
+
+
+_SCOPES = {
+    FailureKind.TIMEOUT_START: "start",
+    FailureKind.TIMEOUT_ATTEMPT: "attempt",
+    FailureKind.TIMEOUT_IDLE: "idle",
+}
+
+
+def timeout_error(t: Timeout, kind: FailureKind) -> TaskTimeout:
+    """The TaskTimeout for a fired timeout of ``kind``."""
+    v = {
+        FailureKind.TIMEOUT_START: t.start,
+        FailureKind.TIMEOUT_ATTEMPT: t.per_attempt,
+        FailureKind.TIMEOUT_IDLE: t.idle,
+    }.get(kind)
+    return TaskTimeout(_SCOPES.get(kind, "attempt"), float(v or 0))
+
+
+def describe(value: Any) -> dict[str, Any] | None:
+    """A small JSON-able description of a result for the snapshot's ``outcome``."""
+    if value is None:
+        return None
+    cls = type(value)
+    if cls is bool or cls is float or (cls is int and -(10**18) < value < 10**18):
+        # the common case, without probing (what the general path below gives them)
+        return {"type": f"builtins.{cls.__qualname__}", "value": value}
+    # anything the result does may raise (a property, __len__, __repr__): the outcome
+    # says what could be read, and the attempt still succeeds
+    out: dict[str, Any] = {"type": f"{cls.__module__}.{cls.__qualname__}"}
+    try:
+        shape = getattr(value, "shape", None)
+    except Exception:
+        shape = None
+    if isinstance(shape, tuple):
+        with contextlib.suppress(Exception):
+            out["shape"] = [int(n) for n in shape]
+    else:
+        with contextlib.suppress(Exception):
+            out["len"] = len(value)
+    with contextlib.suppress(Exception):
+        if isinstance(value, int | float | bool | str) and len(repr(value)) <= 200:
+            out["value"] = value
+    return out

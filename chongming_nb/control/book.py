@@ -1,0 +1,294 @@
+"""The task book: every task of one controller, the lock that guards them, and the
+outbox that carries what happened to the recorder. The other rooms of the controller
+(intake, admission, dependencies, attempts, launcher, dispatcher, verbs, queries) share
+one book and change tasks only through it.
+
+Locking rules (the one place they are written; ``tests/control/test_locking.py`` holds
+the controller to them):
+
+* ``TaskBook.lock`` (an RLock) guards every ``TaskEntry`` field, ``TaskBook.tasks``, the
+  outbox, and the state of the rooms: admission's ready heap, slot counts and run holds,
+  the dispatcher's timer heap, intake's idempotency keys, the control plane's request
+  keys. ``wake`` (the dispatcher sleeps on it) and ``terminal`` (``wait()`` sleeps on
+  it) are conditions of that same lock.
+* Only ``TaskBook.apply`` changes a status, and only under the lock; the StateMachine
+  decides whether the change is legal.
+* Which thread calls what:
+  - caller threads (cells, widget comm handlers on a kernel subshell, the store
+    command poller): the public Controller methods;
+  - task threads: only their attempt's Reporter (``attempts.Reporter``); a report never
+    waits for a busy lock: starts and ends are queued (``Attempts.pending_*``, flat
+    combining) and settled by whoever holds or next takes the lock;
+  - the dispatcher thread: timers, heartbeat sampling, the store tick, the backstop
+    settling of queued reports;
+  - the recorder thread (``bus.EventBus``): store writes, then subscribers and hooks;
+    it never takes this lock, so handing it a batch under the lock cannot deadlock.
+* Lock-free reads are allowed where a stale answer is harmless and is re-checked under
+  the lock: ``outbox`` emptiness before a flush, the pending report queues, a launch
+  publishing ``TaskEntry.handle`` (see ``Launcher.launch``).
+* Nothing that can block on another thread (an executor launch, a store call, a user
+  callback) runs under the lock, except the ``when=`` predicate of a pipeline node.
+* Order: a thread holding the lock never waits for the recorder (``flush`` is called
+  without it).
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from chongming_nb.control.bus import EventBus, RunNote
+from chongming_nb.control.messages import (
+    ClearAttempts,
+    CreateTask,
+    Outgoing,
+    SaveAttempt,
+    SaveSnapshot,
+)
+from chongming_nb.control.spec import TaskSpec
+from chongming_nb.core.clock import Clock
+from chongming_nb.core.errors import TaskNotFound
+from chongming_nb.core.events import Event, TaskStatusChanged, TaskWarning
+from chongming_nb.core.models import (
+    AttemptRecord,
+    Failure,
+    FailureKind,
+    Progress,
+    TaskSnapshot,
+    Transition,
+)
+from chongming_nb.core.policies import JoinMode
+from chongming_nb.core.state_machine import StateMachine
+from chongming_nb.core.states import TERMINAL, TaskStatus
+from chongming_nb.runtime.cancellation import CancellationToken
+from chongming_nb.runtime.executors import ExecutionHandle, Executor
+from chongming_nb.runtime.heartbeat import Heartbeat
+from chongming_nb.stores.protocol import LogRecord
+
+if TYPE_CHECKING:
+    from chongming_nb.stores.protocol import TaskStore
+
+#: Live progress of a running attempt: (done, total, unit, message).
+LiveProgress = tuple[float, float | None, str | None, str | None]
+
+
+@dataclass(eq=False, slots=True)
+class TaskEntry:
+    """One task as the controller holds it (guarded by ``TaskBook.lock``)."""
+
+    snap: TaskSnapshot
+    fn: Callable[..., Any] | None
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    inject: bool
+    spec: TaskSpec
+    executor: str | Executor | None
+    deps: tuple[str, ...] = ()
+    dependants: list[str] | None = None  # made at the first dependant (most have none)
+    join: JoinMode = JoinMode.ALL_SUCCEEDED
+    when: Callable[[Mapping[str, Any]], bool] | None = None
+    # plain-value tuples (written by TaskBook.apply, read back by transitions()), not
+    # Transition objects: the collector stops tracking a tuple of plain values, so a
+    # finished task leaves 4 fewer objects for every later collection to walk
+    history: list[tuple[Any, ...]] = field(default_factory=list)
+    attempts: list[AttemptRecord] = field(default_factory=list)
+    extra_events: list[Event] | None = None
+    logs: deque[LogRecord] | None = None
+    result: Any = None
+    exception: BaseException | None = None
+    handle: ExecutionHandle | None = None
+    abandoned: ExecutionHandle | None = None
+    exec_attempt: int = 0  # attempt number of the live execution, 0 = none
+    holds_slot: bool = False
+    sleeper: CancellationToken | None = None  # in ctx.sleep: the token its timer wakes
+    live: LiveProgress | None = None
+    progress_event_at: float = -1e18
+    hb: Heartbeat | None = None
+    starting_since: float | None = None
+    started_mono: float | None = None
+    timeout_kind: FailureKind | None = None
+    stop_reason: str | None = None
+    stop_failure: Failure | None = None  # a cancel's failure; None for a stop (no failure)
+    upstream: dict[str, Any] | None = None
+    node: str | None = None
+
+
+class TaskBook:
+    """The tasks, their lock, and the outbox (see the module docstring for the rules)."""
+
+    def __init__(self, clock: Clock, bus: EventBus, store: TaskStore | None) -> None:
+        self.clock = clock
+        self.sm = StateMachine(clock)
+        self.bus = bus
+        self.store = store
+        self.lock = threading.RLock()
+        self.wake = threading.Condition(self.lock)
+        # one condition for every wait(): a threading.Event per task would cost ~600
+        # bytes per finished task (Condition + locks + deque) for nothing
+        self.terminal = threading.Condition(self.lock)
+        # tasks someone is in wait() for (and how many threads): only their ends notify,
+        # so a thread waiting for one task is not woken by every other task's end
+        self.awaited: dict[TaskEntry, int] = {}
+        self.tasks: dict[str, TaskEntry] = {}
+        self.outbox: list[Outgoing] = []
+        self.id_prefix = secrets.token_hex(4)
+        self._event_seq = itertools.count(1)
+        self.closed = False
+
+    def new_event_id(self) -> str:
+        return f"{self.id_prefix}-{next(self._event_seq)}"
+
+    def task(self, task_id: object) -> TaskEntry:
+        """The entry of a task id or handle; TaskNotFound otherwise."""
+        tid = getattr(task_id, "id", task_id)
+        t = self.tasks.get(tid) if isinstance(tid, str) else None
+        if t is None:
+            raise TaskNotFound(str(tid))
+        return t
+
+    # Every accepted transition goes through here (under the lock).
+    def apply(
+        self,
+        t: TaskEntry,
+        method: Callable[..., tuple[TaskSnapshot, Transition]],
+        *a: Any,
+        **kw: Any,
+    ) -> None:
+        prev_version = t.snap.status_version
+        new, tr = method(t.snap, *a, **kw)
+        t.snap = new
+        t.history.append(
+            (_VALUE_OF[tr.from_status], _VALUE_OF[tr.to_status], tr.trigger, tr.actor,
+             tr.reason, tr.at, tr.version, tr.override)
+        )  # fmt: skip
+        if self.store is not None:
+            self.outbox.append(SaveSnapshot(new, prev_version, tr))
+        # the event is seen only by subscribers and hooks (the store keeps transitions,
+        # and ``ctl.events()`` rebuilds status events from the history)
+        bus = self.bus
+        if bus.listened:
+            self.outbox.append(status_event(tr, self.new_event_id()))
+        run = new.pipeline_run_id
+        if run is not None and run in bus.runs:
+            self.outbox.append(RunNote(run, tr.task_id, tr.version, tr.to_status))
+        if self.awaited and t in self.awaited and new.status in TERMINAL:
+            self.terminal.notify_all()
+
+    def event(self, t: TaskEntry, ev: Event, keep: bool = True) -> None:
+        """Under the lock: publish ``ev`` (and keep it with the task for ``events()``)."""
+        if keep:
+            if t.extra_events is None:
+                t.extra_events = []
+            t.extra_events.append(ev)
+        self.outbox.append(ev)
+
+    def warn(self, t: TaskEntry, message: str) -> None:
+        """Under the lock: a TaskWarning kept with the task and published."""
+        self.event(
+            t,
+            TaskWarning(
+                event_id=self.new_event_id(),
+                at=self.clock.now(),
+                task_id=t.snap.task_id,
+                message=message,
+            ),
+        )
+
+    def created(self, snap: TaskSnapshot) -> None:
+        """Under the lock: a new task for the store."""
+        if self.store is not None:
+            self.outbox.append(CreateTask(snap))
+
+    def end_attempt(
+        self,
+        t: TaskEntry,
+        outcome: TaskStatus,
+        fail: Failure | None,
+        abandoned: bool = False,
+        now: datetime | None = None,
+    ) -> None:
+        """Under the lock: close the task's open attempt record (once)."""
+        if not t.attempts:
+            return
+        rec = t.attempts[-1]
+        if rec.ended_at is not None:
+            return
+        # built directly, not with dataclasses.replace (which inspects the fields on
+        # every call): once per attempt on the hot path
+        if now is None:
+            now = self.clock.now()
+        if fail is None:
+            rec = AttemptRecord(
+                rec.task_id, rec.attempt, rec.started_at, now, outcome, None, None, None,
+                rec.executor, abandoned, None,
+            )  # fmt: skip
+        else:
+            rec = AttemptRecord(
+                rec.task_id, rec.attempt, rec.started_at, now, outcome, fail.kind,
+                fail.message, fail.traceback, rec.executor, abandoned, fail.exit_code,
+            )  # fmt: skip
+        t.attempts[-1] = rec
+        if self.store is not None:
+            self.outbox.append(SaveAttempt(rec))
+
+    def clear_attempts(self, t: TaskEntry) -> None:
+        t.attempts.clear()
+        if self.store is not None:
+            self.outbox.append(ClearAttempts(t.snap.task_id))
+
+    def live_progress(self, t: TaskEntry) -> Progress | None:
+        live = t.live
+        if live is None:
+            return t.snap.progress
+        return Progress(
+            done=live[0], total=live[1], unit=live[2], message=live[3], updated_at=self.clock.now()
+        )
+
+    def flush_outbox(self) -> None:
+        """Hand what was recorded under the lock to the recorder.
+
+        The hand-over happens under the lock: two threads flushing at once must not
+        deliver their batches out of order (a task's STOPPED before its STOPPING, or a
+        store write ahead of the version it expects). Reading ``outbox`` without the
+        lock is a safe fast path: whoever appends under the lock flushes afterwards.
+        """
+        if not self.outbox:
+            return
+        with self.lock:
+            items, self.outbox = self.outbox, []
+            self.bus.put_many(items)
+
+
+#: A task's history keeps statuses as their plain string values (see TaskEntry.history).
+_VALUE_OF: dict[TaskStatus, str] = {s: s.value for s in TaskStatus}
+_STATUS_OF: dict[str, TaskStatus] = {s.value: s for s in TaskStatus}
+
+
+def transitions(task_id: str, rows: list[tuple[Any, ...]]) -> list[Transition]:
+    """A task's history rows as the Transition objects they were made from."""
+    status = _STATUS_OF
+    return [
+        Transition(task_id, status[f], status[to], trigger, actor, reason, at, version, over)
+        for f, to, trigger, actor, reason, at, version, over in rows
+    ]
+
+
+def status_event(tr: Transition, event_id: str) -> TaskStatusChanged:
+    """The event that publishes one accepted transition."""
+    return TaskStatusChanged(
+        event_id=event_id,
+        at=tr.at,
+        task_id=tr.task_id,
+        from_status=tr.from_status,
+        to_status=tr.to_status,
+        trigger=tr.trigger,
+        actor=tr.actor,
+        reason=tr.reason,
+        version=tr.version,
+    )

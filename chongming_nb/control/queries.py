@@ -1,0 +1,279 @@
+"""The read side: snapshots, histories, attempts, logs, waiting, DataFrames.
+
+Owns nothing: every read takes ``TaskBook.lock`` for as long as it copies, and first
+settles the reports queued while the lock was busy (``Attempts.catch_up``) so a read
+shows every report made before it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from chongming_nb.control.attempts import Attempts
+from chongming_nb.control.book import TaskBook, status_event, transitions
+from chongming_nb.core.errors import ConfigurationError
+from chongming_nb.core.events import Event, TaskStatusChanged
+from chongming_nb.core.models import AttemptRecord, TaskSnapshot, Transition
+from chongming_nb.core.states import TERMINAL, TaskStatus
+from chongming_nb.core.validation import check_int64, check_seconds
+from chongming_nb.stores.protocol import LogRecord
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: A status filter: one status, a status value, or several.
+StatusFilter = TaskStatus | str | Iterable[TaskStatus | str] | None
+
+
+class Queries:
+    def __init__(self, book: TaskBook, attempts: Attempts) -> None:
+        self.book = book
+        self.attempts = attempts
+
+    def get(self, task_id: object) -> TaskSnapshot:
+        self.attempts.catch_up()
+        book = self.book
+        with book.lock:
+            t = book.task(task_id)
+            snap = t.snap
+            if t.live is not None and t.exec_attempt:
+                snap = snap.evolve(progress=book.live_progress(t))
+            return snap
+
+    def list_tasks(
+        self,
+        status: StatusFilter = None,
+        tag: str | None = None,
+        name_prefix: str | None = None,
+        pipeline_run_id: str | None = None,
+        limit: int | None = None,
+        ids: Iterable[str] | None = None,
+    ) -> list[TaskSnapshot]:
+        statuses = status_set(status)
+        if limit is not None and (check_int64("limit", limit) < 0):
+            raise ConfigurationError(f"limit must be an int >= 0, got {limit!r}")
+        self.attempts.catch_up()
+        book = self.book
+        with book.lock:
+            tasks = book.tasks
+            if ids is not None:
+                pool = [tasks[i] for i in ids if i in tasks]
+            else:
+                pool = list(tasks.values())
+            out: list[TaskSnapshot] = []
+            for t in reversed(pool):
+                s = t.snap
+                if statuses is not None and s.status not in statuses:
+                    continue
+                if tag is not None and tag not in s.tags:
+                    continue
+                if name_prefix is not None and not s.name.startswith(name_prefix):
+                    continue
+                if pipeline_run_id is not None and s.pipeline_run_id != pipeline_run_id:
+                    continue
+                if t.live is not None and t.exec_attempt:
+                    s = s.evolve(progress=book.live_progress(t))
+                out.append(s)
+                if limit is not None and len(out) >= limit:
+                    break
+            return out
+
+    def stats(self, **filters: Any) -> dict[str, int]:
+        counts = dict.fromkeys((s.value for s in TaskStatus), 0)
+        for s in self.list_tasks(**filters):
+            counts[s.status.value] += 1
+        return counts
+
+    def history(self, task_id: object) -> list[Transition]:
+        with self.book.lock:
+            t = self.book.task(task_id)
+            return transitions(t.snap.task_id, t.history)
+
+    def events(
+        self,
+        task_id: object,
+        since: datetime | None = None,
+        types: Iterable[type[Event]] | None = None,
+    ) -> list[Event]:
+        with self.book.lock:
+            t = self.book.task(task_id)
+            evs: list[Event] = [
+                status_event(tr, f"{tr.task_id}:v{tr.version}")
+                for tr in transitions(t.snap.task_id, t.history)
+            ]
+            evs.extend(t.extra_events or ())
+        evs.sort(key=lambda e: e.at)
+        if since is not None:
+            evs = [e for e in evs if e.at >= since]
+        if types is not None:
+            tt = tuple(types)
+            evs = [e for e in evs if isinstance(e, tt)]
+        return evs
+
+    def attempts_of(self, task_id: object) -> list[AttemptRecord]:
+        with self.book.lock:
+            return list(self.book.task(task_id).attempts)
+
+    def logs(self, task_id: object, limit: int | None = None) -> list[LogRecord]:
+        with self.book.lock:
+            t = self.book.task(task_id)
+            lines = list(t.logs or ())
+        return lines[-limit:] if limit else lines
+
+    def result(self, task_id: object) -> Any:
+        with self.book.lock:
+            return self.book.task(task_id).result
+
+    def exception(self, task_id: object) -> BaseException | None:
+        with self.book.lock:
+            return self.book.task(task_id).exception
+
+    def running(self, task_id: object) -> bool:
+        with self.book.lock:
+            t = self.book.task(task_id)
+            h = t.handle or t.abandoned
+            return bool(h is not None and h.running)
+
+    def graph(self) -> dict[str, Any]:
+        with self.book.lock:
+            tasks = self.book.tasks.values()
+            nodes = [
+                {
+                    "id": t.snap.task_id,
+                    "name": t.snap.name,
+                    "status": t.snap.status.value,
+                    "pipeline_run_id": t.snap.pipeline_run_id,
+                }
+                for t in tasks
+            ]
+            edges = [(d, t.snap.task_id) for t in tasks for d in t.deps]
+        return {"nodes": nodes, "edges": edges}
+
+    # ------------------------------------------------------------- waiting
+
+    def wait(self, task_id: object, timeout: float | None = None) -> TaskSnapshot:
+        check_seconds("timeout", timeout)
+        book = self.book
+        attempts = self.attempts
+        t = book.task(task_id)
+        # real time, like the Condition underneath (a FakeClock does not move by itself)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pending_starts, pending_finishes = attempts.pending_starts, attempts.pending_finishes
+
+        def woken() -> bool:
+            # also wake for reports a worker queued because this thread held the lock:
+            # they are settled below, not left to the dispatcher's tick
+            return t.snap.status in TERMINAL or bool(pending_finishes or pending_starts)
+
+        while True:
+            # Reports queued while this thread held the lock (a worker never waits for
+            # it) are settled here, and what they free is launched, before looking.
+            attempts.catch_up()
+            with book.lock:
+                done = t.snap.status in TERMINAL
+                if done:
+                    if t.live is None or not t.exec_attempt:
+                        snap = t.snap  # what get() returns, without taking the lock again
+                        break
+                    snap = None
+                    break
+                if pending_finishes or pending_starts:
+                    continue
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    snap = None
+                    break
+                awaited = book.awaited
+                awaited[t] = awaited.get(t, 0) + 1
+                try:
+                    book.terminal.wait_for(woken, left)
+                finally:
+                    if awaited[t] == 1:
+                        del awaited[t]
+                    else:
+                        awaited[t] -= 1
+        if pending_finishes or pending_starts:
+            attempts.catch_up()  # queued while this thread held the lock above
+        if done and snap is not None:
+            return snap
+        if not done:
+            raise TimeoutError(
+                f"task {t.snap.task_id} ({t.snap.name}) still {t.snap.status} after {timeout}s"
+            )
+        return self.get(task_id)
+
+    def wait_settled(
+        self, task_id: object, transient: set[TaskStatus], timeout: float
+    ) -> TaskSnapshot:
+        """Wait (really: on a condition, woken by status changes) until the task leaves
+        ``transient`` states."""
+        book = self.book
+        t = book.task(task_id)
+        ev = threading.Event()
+
+        def on(e: Event) -> None:
+            if e.task_id == t.snap.task_id:
+                ev.set()
+
+        unsub = book.bus.subscribe(on, (TaskStatusChanged,))
+        try:
+            deadline = book.clock.monotonic() + timeout
+            while t.snap.status in transient:
+                left = deadline - book.clock.monotonic()
+                if left <= 0:
+                    break
+                ev.wait(min(left, 0.5))
+                ev.clear()
+        finally:
+            unsub()
+        return self.get(task_id)
+
+    # ---------------------------------------------------------- DataFrames
+
+    def snapshots_df(self, **filters: Any) -> pd.DataFrame:
+        from chongming_nb.frames import between, snapshots_frame
+
+        since, until = filters.pop("since", None), filters.pop("until", None)
+        return between(snapshots_frame(self.list_tasks(**filters)), "created_at", since, until)
+
+    def attempts_df(self, **filters: Any) -> pd.DataFrame:
+        from chongming_nb.frames import attempts_frame, between
+
+        since, until = filters.pop("since", None), filters.pop("until", None)
+        snaps = self.list_tasks(**filters)
+        book = self.book
+        with book.lock:
+            recs = [r for s in reversed(snaps) for r in book.tasks[s.task_id].attempts]
+            names = {s.task_id: s.name for s in snaps}
+        return between(attempts_frame(recs, names), "started_at", since, until)
+
+    def transitions_df(self, **filters: Any) -> pd.DataFrame:
+        from chongming_nb.frames import between, history_rows_frame
+
+        since, until = filters.pop("since", None), filters.pop("until", None)
+        snaps = self.list_tasks(**filters)
+        book = self.book
+        with book.lock:
+            # the history rows themselves (immutable tuples; a list copy per task)
+            tasks = [(s.task_id, list(book.tasks[s.task_id].history)) for s in reversed(snaps)]
+            names = {s.task_id: s.name for s in snaps}
+        return between(history_rows_frame(tasks, names), "at", since, until)
+
+
+def status_set(status: StatusFilter) -> frozenset[TaskStatus] | None:
+    """A status filter as a set of statuses (None: no filter); ConfigurationError
+    naming the known statuses for an unknown one."""
+    if status is None:
+        return None
+    if isinstance(status, str):
+        status = [status]
+    try:
+        return frozenset(TaskStatus(s) for s in status)
+    except ValueError as exc:
+        raise ConfigurationError(
+            f"{exc}; statuses are {', '.join(s.value for s in TaskStatus)}"
+        ) from None
