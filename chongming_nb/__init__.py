@@ -142,7 +142,13 @@ def _board(ctl: object, **filters: object) -> object:
     return board(ctl, **filters)
 
 
-_display.set_renderer(_bundle, _board)
+def _show(ctl: object, **kw: object) -> None:
+    from chongming_nb.notebook.display import show
+
+    show(ctl, **kw)
+
+
+_display.set_renderer(_bundle, _board, _show)
 
 
 def load_ipython_extension(ipython: object) -> None:

@@ -12,19 +12,35 @@ from typing import Any
 
 _bundle: Callable[..., Any] | None = None
 _board: Callable[..., Any] | None = None
+_show: Callable[..., Any] | None = None
 
 
-def set_renderer(bundle: Callable[..., Any], board: Callable[..., Any]) -> None:
+def set_renderer(
+    bundle: Callable[..., Any],
+    board: Callable[..., Any],
+    show: Callable[..., Any] | None = None,
+) -> None:
     """``bundle(ctl, **kw) -> (data, metadata)`` for _repr_mimebundle_; ``board(ctl,
-    **filters)`` -> a widget."""
-    global _bundle, _board
-    _bundle, _board = bundle, board
+    **filters)`` -> a widget; ``show(ctl, **kw)`` displays the live table in a notebook
+    output that is updated when its tasks change state (``_ipython_display_``)."""
+    global _bundle, _board, _show
+    _bundle, _board, _show = bundle, board, show
 
 
 def bundle(obj: Any, ctl: Any, **kw: Any) -> Any:
     if _bundle is None:
         return {"text/plain": repr(obj)}
     return _bundle(ctl, **kw)
+
+
+def show(obj: Any, ctl: Any, **kw: Any) -> None:
+    """``_ipython_display_``: the notebook renderer's ``show``, else the plain bundle."""
+    if _show is not None:
+        _show(ctl, **kw)
+        return
+    from IPython.display import display
+
+    display(bundle(obj, ctl, **kw), raw=True)
 
 
 def board(ctl: Any, **filters: Any) -> Any:

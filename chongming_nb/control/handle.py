@@ -147,6 +147,11 @@ class TaskHandle:
 
         return display.bundle(self, self._ctl, task_ids=[self.id], kind="task", title=self.name)
 
+    def _ipython_display_(self) -> None:
+        from chongming_nb.control import display
+
+        display.show(self, self._ctl, task_ids=[self.id], kind="task", title=self.name)
+
     def __repr__(self) -> str:
         s = self._ctl.get(self.id)
         prog = ""

@@ -9,31 +9,23 @@ without its kernel still show the last known state.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from chongming_nb.notebook.rows import render_html, render_plain
-from chongming_nb.notebook.widget import ControllerLike, TaskTable
+from chongming_nb.notebook.widget import (
+    SNAPSHOT_MIME,
+    SNAPSHOT_ROWS,
+    WIDGET_MIME,
+    ControllerLike,
+    TaskTable,
+)
+
+__all__ = ["SNAPSHOT_MIME", "WIDGET_MIME", "board", "make_table", "show", "task_bundle"]
 
 log = logging.getLogger("chongming_nb.notebook")
-
-WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
-
-
-def _tracebacks(ctl: ControllerLike, rows: Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for row in rows:
-        if row.get("has_tb"):
-            try:
-                failure = ctl.get(str(row["id"])).failure
-            except Exception:
-                continue
-            if failure is not None and failure.traceback:
-                out[str(row["id"])] = failure.traceback
-        if len(out) >= 50:
-            break
-    return out
 
 
 def _now(ctl: ControllerLike) -> datetime:
@@ -75,11 +67,55 @@ def snapshot_bundle(
     *,
     title: str | None,
 ) -> dict[str, Any]:
+    """The static snapshot of ``rows`` when no widget could be built."""
     at = _now(ctl)
+    tracebacks: dict[str, str] = {}
+    for row in rows[:SNAPSHOT_ROWS]:
+        if row.get("has_tb") and len(tracebacks) < 50:
+            try:
+                failure = ctl.get(str(row["id"])).failure
+            except Exception:
+                continue
+            if failure is not None and failure.traceback:
+                tracebacks[str(row["id"])] = failure.traceback
     return {
         "text/plain": render_plain(rows, title=title, at=at),
-        "text/html": render_html(rows, title=title, at=at, tracebacks=_tracebacks(ctl, rows)),
+        "text/html": render_html(rows, title=title, at=at, tracebacks=tracebacks),
     }
+
+
+def _table_and_bundle(
+    ctl: ControllerLike,
+    *,
+    task_ids: Iterable[str] | None = None,
+    pipeline_run_id: str | None = None,
+    filter: Mapping[str, Any] | None = None,
+    title: str | None = None,
+    kind: str = "task",
+) -> tuple[TaskTable | None, dict[str, Any]]:
+    try:
+        table = make_table(
+            ctl,
+            task_ids=task_ids,
+            pipeline_run_id=pipeline_run_id,
+            filter=filter,
+            title=title,
+            kind=kind,
+        )
+    except ValueError:
+        raise
+    except Exception:
+        log.exception("could not build the task widget; showing a static snapshot")
+        query: dict[str, Any] = dict(filter or {})
+        if task_ids is not None:
+            query["ids"] = list(task_ids)
+        if pipeline_run_id is not None:
+            query["pipeline_run_id"] = pipeline_run_id
+        from chongming_nb.notebook.rows import build_row
+
+        rows = [build_row(s, ctl.can_all(s.task_id)) for s in ctl.list_tasks(**query)]
+        return None, snapshot_bundle(ctl, rows, title=title)
+    return table, table.bundle()
 
 
 def task_bundle(
@@ -91,43 +127,50 @@ def task_bundle(
     title: str | None = None,
     kind: str = "task",
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(data, metadata)`` for ``_repr_mimebundle_``: widget view + html + plain.
+    """``(data, metadata)`` for ``_repr_mimebundle_``: widget view + html + plain +
+    the snapshot json (see ``TaskTable.bundle``).
 
     If the widget cannot be built (e.g. no kernel comm machinery), the html and plain
     snapshots are still returned.
     """
-    table: TaskTable | None
-    try:
-        table = make_table(
-            ctl,
-            task_ids=task_ids,
-            pipeline_run_id=pipeline_run_id,
-            filter=filter,
-            title=title,
-            kind=kind,
-        )
-        rows = table.current_rows()
-    except ValueError:
-        raise
-    except Exception:
-        log.exception("could not build the task widget; showing a static snapshot")
-        table = None
-        query: dict[str, Any] = dict(filter or {})
-        if task_ids is not None:
-            query["ids"] = list(task_ids)
-        if pipeline_run_id is not None:
-            query["pipeline_run_id"] = pipeline_run_id
-        from chongming_nb.notebook.rows import build_row
-
-        rows = [build_row(s, ctl.can_all(s.task_id)) for s in ctl.list_tasks(**query)]
-    data = snapshot_bundle(ctl, rows, title=title)
-    if table is not None and table.comm is not None:
-        data[WIDGET_MIME] = {
-            "version_major": 2,
-            "version_minor": 1,
-            "model_id": table.model_id,
-        }
+    _, data = _table_and_bundle(
+        ctl,
+        task_ids=task_ids,
+        pipeline_run_id=pipeline_run_id,
+        filter=filter,
+        title=title,
+        kind=kind,
+    )
     return data, {}
+
+
+def show(
+    ctl: ControllerLike,
+    *,
+    task_ids: Iterable[str] | None = None,
+    pipeline_run_id: str | None = None,
+    filter: Mapping[str, Any] | None = None,
+    title: str | None = None,
+    kind: str = "task",
+) -> str:
+    """``_ipython_display_`` of a handle or a run: display the table with a display id
+    and keep that output updated as its tasks change status (so the saved notebook and
+    its html export show the final state). Returns the display id."""
+    from IPython.display import display
+
+    table, data = _table_and_bundle(
+        ctl,
+        task_ids=task_ids,
+        pipeline_run_id=pipeline_run_id,
+        filter=filter,
+        title=title,
+        kind=kind,
+    )
+    display_id = uuid.uuid4().hex
+    display(data, raw=True, display_id=display_id)
+    if table is not None:
+        table.keep_display_updated(display_id)
+    return display_id
 
 
 def board(

@@ -69,6 +69,13 @@ SERVER_TYPES: Final[tuple[str, ...]] = ("ack", "patch", "full", "detail", "ping"
 PING_SECONDS: Final[float] = 5.0
 KINDS: Final[tuple[str, ...]] = ("task", "run", "board")
 
+#: The mime type of a table's saved snapshot (``{"rows", "title", "kind", "model_id",
+#: "total_rows", "summary", "at"}``): the JupyterLab extension draws it when the widget's
+#: model is gone (a notebook reopened without its kernel) and shows the live widget
+#: instead while the model lives.
+SNAPSHOT_MIME: Final = "application/vnd.chongming.tasks+json"
+WIDGET_MIME: Final = "application/vnd.jupyter.widget-view+json"
+
 #: Keys of one row as sent to the front end.
 ROW_FIELDS: Final[tuple[str, ...]] = (
     "id",  # task id

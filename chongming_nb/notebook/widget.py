@@ -41,6 +41,8 @@ from chongming_nb.notebook.rows import (
     clip,
     epoch_ms,
     progress_fields,
+    render_html,
+    render_plain,
     status_key,
     summarize,
 )
@@ -51,6 +53,26 @@ _STATIC = Path(__file__).parent / "static"
 
 #: Log lines a "detail" request returns at most.
 DETAIL_LOG_LIMIT = 500
+
+WIDGET_MIME = S.WIDGET_MIME
+SNAPSHOT_MIME = S.SNAPSHOT_MIME
+#: Rows a saved snapshot (html table, snapshot json) carries at most.
+SNAPSHOT_ROWS = 200
+
+#: ``publish(data, display_id)``: sends ``update_display_data`` for one display.
+Publisher = Callable[[dict[str, Any], str], None]
+
+
+def publish_update(data: dict[str, Any], display_id: str) -> None:
+    """Update one notebook output in place (IPython's display publisher; any thread).
+    Nothing happens outside a kernel."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    if not InteractiveShell.initialized():
+        return
+    InteractiveShell.instance().display_pub.publish(
+        data=data, metadata={}, transient={"display_id": display_id}, update=True
+    )
 
 
 class Clockish(Protocol):
@@ -288,6 +310,12 @@ class TaskTable(anywidget.AnyWidget):
         self._unsubscribe: Callable[[], None] | None = None
         self.messages_sent = 0
         self._last_sent = float("-inf")  # time.monotonic() of the last custom message
+        # notebook outputs showing this table (display ids): their saved snapshot is
+        # updated when a row changes status, at the rate of the full-state trait
+        self._display_ids: list[str] = []
+        self._publish: Publisher = publish_update
+        self._snapshot_stale = False
+        self.title_text = title or ""
 
         # subscribe first so nothing between the initial load and the watch is lost
         self._unsubscribe = ctl.watch(self._on_event)
@@ -516,6 +544,8 @@ class TaskTable(anywidget.AnyWidget):
                 keys.pop(tid, None)
                 self._rates.forget(tid)
                 self._can_cache.pop(tid, None)
+            if recount or upsert or remove:
+                self._snapshot_stale = True
             if recount or upsert or remove or self._summary is None:
                 self._summary = summarize(rows.values())
             summary = dict(self._summary)
@@ -558,6 +588,87 @@ class TaskTable(anywidget.AnyWidget):
                 self.rows_at = epoch_ms(self._clock.now()) or 0.0
         self._full_seq = seq
         self._next_full = now + self._full_interval(len(rows))
+        if self._snapshot_stale and self._display_ids:
+            self._update_displays()
+
+    # ------------------------------------------------------------------ saved output
+
+    def snapshot_data(self, rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """The static part of this table's output: ``text/plain``, an escaped
+        ``text/html`` table (nbconvert, GitHub) and :data:`SNAPSHOT_MIME` (rows as data,
+        for the JupyterLab extension when the widget's model is gone)."""
+        if rows is None:
+            rows = self.current_rows()
+        at = self._clock.now()
+        title = self.title_text or None
+        tracebacks: dict[str, str] = {}
+        for row in rows[:SNAPSHOT_ROWS]:
+            if row.get("has_tb") and len(tracebacks) < 50:
+                with contextlib.suppress(Exception):
+                    failure = self._ctl.get(str(row["id"])).failure
+                    if failure is not None and failure.traceback:
+                        tracebacks[str(row["id"])] = failure.traceback
+        data: dict[str, Any] = {
+            "text/plain": render_plain(rows, title=title, at=at),
+            "text/html": render_html(
+                rows, title=title, at=at, tracebacks=tracebacks, limit=SNAPSHOT_ROWS
+            ),
+            SNAPSHOT_MIME: {
+                "version": S.SCHEMA_VERSION,
+                "kind": self.kind,
+                "title": self.title_text,
+                "model_id": self.model_id,
+                "rows": rows[:SNAPSHOT_ROWS],
+                "total_rows": len(rows),
+                "summary": summarize(rows),
+                "at": epoch_ms(at),
+            },
+        }
+        return data
+
+    def bundle(self) -> dict[str, Any]:
+        """Everything an output of this table holds: the live widget view and the
+        static snapshot of the current rows."""
+        data = self.snapshot_data()
+        if self.comm is not None:
+            data[WIDGET_MIME] = {"version_major": 2, "version_minor": 1, "model_id": self.model_id}
+        return data
+
+    def keep_display_updated(self, display_id: str, publish: Publisher | None = None) -> None:
+        """Update the output ``display_id`` (``update_display_data``) whenever a row
+        changes status, so a saved notebook and its html export hold the final state."""
+        if publish is not None:
+            self._publish = publish
+        with self._lock:
+            if display_id not in self._display_ids:
+                self._display_ids.append(display_id)
+
+    def _update_displays(self) -> None:
+        self._snapshot_stale = False
+        data = self.bundle()
+        for display_id in list(self._display_ids):
+            try:
+                with self._send_lock:
+                    if self._closed:
+                        return
+                    self._publish(data, display_id)
+            except Exception:
+                log.debug("updating the saved output failed", exc_info=True)
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``ctl.board()`` as a cell's value: the widget plus the static snapshot (an
+        html table in nbconvert, not an object repr)."""
+        return self.bundle(), {}
+
+    def _ipython_display_(self) -> None:
+        """Displayed with a display id, kept up to date as rows change status."""
+        import uuid
+
+        from IPython.display import display
+
+        display_id = uuid.uuid4().hex
+        display(self.bundle(), raw=True, display_id=display_id)
+        self.keep_display_updated(display_id)
 
     def get_state(self, key: Any = None) -> dict[str, Any]:
         """Answer state requests (a page reload) with the current rows, not the last

@@ -18,6 +18,7 @@ from pathlib import Path
 from chongming_nb.core.models import ACTOR_SOURCE_LABELS, ACTOR_SOURCES
 from chongming_nb.core.state_machine import CONTROL_VERBS
 from chongming_nb.core.states import OCCUPIED, REVIVABLE, TERMINAL, TaskStatus
+from chongming_nb.notebook.schema import SNAPSHOT_MIME, STATUS_TONES, WIDGET_MIME
 
 #: Where every route of the server extension lives, relative to the server's base URL.
 API_NAMESPACE = "chongming/api"
@@ -77,6 +78,16 @@ def render_contract() -> str:
         "export const ACTOR_SOURCE_LABELS: Readonly<Record<ActorSource, string>> = {",
         *(f"  {src}: {json.dumps(ACTOR_SOURCE_LABELS[src])}," for src in ACTOR_SOURCES),
         "};",
+        "",
+        "// how a status is coloured (CSS knows tones, never status names)",
+        "export const STATUS_TONES: Readonly<Record<TaskStatus, string>> = {",
+        *(f"  {s}: {json.dumps(STATUS_TONES[s])}," for s in statuses),
+        "};",
+        "",
+        "// a table's saved snapshot in a notebook output, beside the widget view",
+        f"export const SNAPSHOT_MIME = {json.dumps(SNAPSHOT_MIME)};",
+        "",
+        f"export const WIDGET_MIME = {json.dumps(WIDGET_MIME)};",
         "",
         f"export const API_NAMESPACE = {json.dumps(API_NAMESPACE)};",
         "",

@@ -18,6 +18,7 @@ from chongming_nb.core.clock import Clock
 from chongming_nb.core.state_machine import StateMachine
 from chongming_nb.runtime.clock import SYSTEM_CLOCK
 from chongming_nb.server.feed import Feed
+from chongming_nb.server.liveness import KernelPids, Liveness, kernel_pids_of
 from chongming_nb.stores import default_store_path, open_store
 from chongming_nb.stores.protocol import TaskStore
 
@@ -37,6 +38,7 @@ class ServerState:
         store: TaskStore | None = None,
         clock: Clock = SYSTEM_CLOCK,
         sessions: Callable[[], Any] | None = None,
+        kernel_pids: Callable[[], KernelPids] | None = None,
     ) -> None:
         self.store_url = store_url if store_url is not None else default_store_path()
         self._store = store
@@ -45,7 +47,8 @@ class ServerState:
         self.sm = StateMachine(clock)
         self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="chongming-store")
         self._sessions = sessions
-        self.feed = Feed(self.get_store, self.run)
+        self.liveness = Liveness(kernel_pids)
+        self.feed = self._new_feed()
 
     def get_store(self) -> TaskStore:
         with self._store_lock:
@@ -57,7 +60,14 @@ class ServerState:
         """Swap the store (tests); the feed starts over."""
         with self._store_lock:
             self._store = store
-        self.feed = Feed(self.get_store, self.run)
+        self.feed = self._new_feed()
+
+    def _new_feed(self) -> Feed:
+        return Feed(
+            self.get_store,
+            self.run,
+            gone=lambda snaps: set(self.liveness.gone(snaps, now=self.clock.now())),
+        )
 
     async def run(self, fn: Callable[[], T]) -> T:
         """Run a blocking store call on the store threads."""
@@ -94,7 +104,9 @@ def load(serverapp: Any) -> None:
 
     session_manager = getattr(serverapp, "session_manager", None)
     sessions = session_manager.list_sessions if session_manager is not None else None
-    state = ServerState(sessions=sessions)
+    kernel_manager = getattr(serverapp, "kernel_manager", None)
+    pids = kernel_pids_of(kernel_manager) if kernel_manager is not None else None
+    state = ServerState(sessions=sessions, kernel_pids=pids)
     web_app = serverapp.web_app
     web_app.settings[SETTINGS_KEY] = state
     base_url = web_app.settings.get("base_url", "/")

@@ -69,8 +69,12 @@ class Feed:
         full_every: int = 20,
         idle_after: float = 60.0,
         monotonic: Callable[[], float] = time.monotonic,
+        gone: Callable[[list[TaskSnapshot]], set[str]] | None = None,
     ) -> None:
         self._store = store
+        # which of the polled tasks lost their kernel (server.liveness): part of a
+        # task's fingerprint, so a kernel restart reaches the sidebar within a poll
+        self._gone = gone
         self._read = read
         self.window = window
         self.interval = interval
@@ -92,7 +96,7 @@ class Feed:
 
     # ------------------------------------------------------------ polling
 
-    def _scan(self, full: bool) -> tuple[dict[TaskStatus, int], list[TaskSnapshot], bool]:
+    def _scan(self, full: bool) -> tuple[dict[TaskStatus, int], list[TaskSnapshot], bool, set[str]]:
         store = self._store()
         counts = store.counts()
         if not full and self._counts is not None and counts != self._counts:
@@ -111,7 +115,13 @@ class Feed:
             gone = known_active - {s.task_id for s in snaps}
             if gone:
                 snaps.extend(store.query(TaskQuery(ids=frozenset(gone))))
-        return counts, snaps, full
+        lost_kernel: set[str] = set()
+        if self._gone is not None:
+            try:
+                lost_kernel = self._gone([s for s in snaps if s.status in NON_TERMINAL])
+            except Exception:
+                log.exception("chongming feed: checking the owning kernels failed")
+        return counts, snaps, full, lost_kernel
 
     async def poll_once(self, *, full: bool = False) -> bool:
         """One look at the store; True if something changed (``seq`` then grew)."""
@@ -119,14 +129,14 @@ class Feed:
             self._lock = asyncio.Lock()
         async with self._lock:
             want_full = full or self._counts is None or self._since_full >= self.full_every
-            counts, snaps, was_full = await self._read(lambda: self._scan(want_full))
+            counts, snaps, was_full, lost_kernel = await self._read(lambda: self._scan(want_full))
             self.polls += 1
             self._since_full = 0 if was_full else self._since_full + 1
             self._counts = counts
             seq = self.seq + 1
             changed = False
             for s in snaps:
-                fp = fingerprint(s)
+                fp = (*fingerprint(s), s.task_id in lost_kernel)
                 old = self._rows.get(s.task_id)
                 if old is None or old[1] != fp:
                     self._rows[s.task_id] = (seq, fp, s)

@@ -105,9 +105,9 @@ class _Base(APIHandler):
         owners: dict[str, OwnerRecord],
         sessions: dict[str, str],
     ) -> list[dict[str, Any]]:
-        return task_rows(
-            snaps, sm=self.cm.sm, now=self.cm.clock.now(), owners=owners, sessions=sessions
-        )
+        now = self.cm.clock.now()
+        gone = self.cm.liveness.gone(snaps, now=now, owners=owners)
+        return task_rows(snaps, sm=self.cm.sm, now=now, owners=owners, sessions=sessions, gone=gone)
 
 
 def _kernel_of(snap: TaskSnapshot, owners: dict[str, OwnerRecord]) -> str | None:
@@ -217,10 +217,12 @@ class TaskHandler(_Base):
             snap = store.get(task_id)
             if snap is None:
                 return None
+            now = self.cm.clock.now()
             return task_detail(
                 snap,
                 sm=self.cm.sm,
-                now=self.cm.clock.now(),
+                now=now,
+                gone=self.cm.liveness.gone([snap], now=now, owners=owners).get(task_id),
                 owners=owners,
                 sessions=sessions,
                 attempts=store.attempts(task_id),
@@ -301,6 +303,11 @@ class TaskCommandsHandler(_Base):
             ok, why = self.cm.sm.can(snap, verb, force=(verb == "retry"))
             if not ok:
                 return "refused", why
+            owners = {o.owner_id: o for o in store.owners()}
+            gone = self.cm.liveness.gone([snap], now=now, owners=owners).get(task_id)
+            if gone is not None:
+                # nobody would claim it: answer now instead of leaving it pending
+                return "refused", f"the kernel that runs it is gone: {gone}"
             store.submit_command(command)
             return "queued", snap
 

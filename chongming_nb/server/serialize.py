@@ -99,9 +99,11 @@ def task_row(
     owners: Mapping[str, OwnerRecord],
     sessions: Mapping[str, str],
     flags: CanFlags | None = None,
+    gone: str | None = None,
 ) -> dict[str, Any]:
     """One task as the sidebar lists it; ``flags`` shares the ``can`` answers of a
-    listing's rows (see ``CanFlags``)."""
+    listing's rows (see ``CanFlags``). ``gone``: why the task's owning kernel is gone
+    (``server.liveness``): the row says "kernel gone" and no verb is possible."""
     host, pid, kernel = parse_owner(snap.lease_owner)
     rec = owners.get(snap.lease_owner) if snap.lease_owner else None
     if rec is not None:
@@ -131,6 +133,10 @@ def task_row(
             "exception_type": f.exception_type,
         }
     can, why = can_flags(sm, snap) if flags is None else flags(snap)
+    if gone is not None:
+        # nothing would claim a command: every verb waits for reconcile (-> lost)
+        can = dict.fromkeys(can, False)
+        why = dict.fromkeys(can, f"the kernel that runs it is gone: {gone}")
     ended_by, end_reason = end_summary(snap)
     return {
         "task_id": snap.task_id,
@@ -156,6 +162,8 @@ def task_row(
         "pid": pid,
         "kernel_id": kernel,
         "notebook": sessions.get(kernel) if kernel else None,
+        "kernel_gone": gone is not None,
+        "kernel_gone_reason": gone,
         "can": can,
         "why": why,
     }
@@ -168,11 +176,23 @@ def task_rows(
     now: datetime,
     owners: Mapping[str, OwnerRecord],
     sessions: Mapping[str, str],
+    gone: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """The rows of a listing (or a feed answer), sharing one ``CanFlags``."""
+    """The rows of a listing (or a feed answer), sharing one ``CanFlags``; ``gone``:
+    task id -> why its kernel is gone."""
     flags = CanFlags(sm)
+    g = gone or {}
     return [
-        task_row(s, sm=sm, now=now, owners=owners, sessions=sessions, flags=flags) for s in snaps
+        task_row(
+            s,
+            sm=sm,
+            now=now,
+            owners=owners,
+            sessions=sessions,
+            flags=flags,
+            gone=g.get(s.task_id),
+        )
+        for s in snaps
     ]
 
 
@@ -224,8 +244,9 @@ def task_detail(
     history: Sequence[Transition],
     logs: Sequence[LogRecord],
     events: Sequence[EventRecord],
+    gone: str | None = None,
 ) -> dict[str, Any]:
-    row = task_row(snap, sm=sm, now=now, owners=owners, sessions=sessions)
+    row = task_row(snap, sm=sm, now=now, owners=owners, sessions=sessions, gone=gone)
     if snap.failure is not None and row["failure"] is not None:
         row["failure"]["traceback"] = snap.failure.traceback
     return {

@@ -52,6 +52,9 @@ export interface TaskRow {
   kernel_id: string | null;
   /** The notebook (session path) of the owning kernel, when a session has it. */
   notebook: string | null;
+  /** The kernel that owns this unfinished task restarted or died: no verb is possible. */
+  kernel_gone: boolean;
+  kernel_gone_reason: string | null;
   can: Record<ControlVerb, boolean>;
   why: Partial<Record<ControlVerb, string>>;
 }

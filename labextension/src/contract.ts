@@ -31,6 +31,30 @@ export const ACTOR_SOURCE_LABELS: Readonly<Record<ActorSource, string>> = {
   system: "by the system",
 };
 
+// how a status is coloured (CSS knows tones, never status names)
+export const STATUS_TONES: Readonly<Record<TaskStatus, string>> = {
+  pending: "idle",
+  blocked: "idle",
+  queued: "idle",
+  starting: "active",
+  running: "active",
+  pausing: "warn",
+  paused: "warn",
+  retry_wait: "warn",
+  stopping: "warn",
+  succeeded: "ok",
+  failed: "bad",
+  stopped: "muted",
+  cancelled: "muted",
+  skipped: "muted",
+  lost: "bad",
+};
+
+// a table's saved snapshot in a notebook output, beside the widget view
+export const SNAPSHOT_MIME = "application/vnd.chongming.tasks+json";
+
+export const WIDGET_MIME = "application/vnd.jupyter.widget-view+json";
+
 export const API_NAMESPACE = "chongming/api";
 
 export const FEED_MAX_WAIT_S = 30;

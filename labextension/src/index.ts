@@ -9,7 +9,8 @@ import {
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
 import { ICommandPalette, Notification } from '@jupyterlab/apputils';
-import { INotebookTracker } from '@jupyterlab/notebook';
+import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
+import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { LabIcon } from '@jupyterlab/ui-components';
@@ -19,6 +20,8 @@ import { TasksClient } from './api';
 import { ControlVerb } from './contract';
 import { TaskModel } from './model';
 import { watchEnds } from './notify-lab';
+import { NotebookLookup, SNAPSHOT_RANK, snapshotFactory } from './snapshot';
+import { SNAPSHOT_MIME } from './contract';
 import { TasksPanel } from './sidebar';
 import { TaskStatusItem } from './statusbar';
 
@@ -43,15 +46,41 @@ const plugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
   description: 'Tasks sidebar and status bar for chongming_nb task controllers.',
   autoStart: true,
-  optional: [ILayoutRestorer, ICommandPalette, IStatusBar, INotebookTracker, ISettingRegistry],
+  optional: [
+    ILayoutRestorer,
+    ICommandPalette,
+    IStatusBar,
+    INotebookTracker,
+    ISettingRegistry,
+    IRenderMimeRegistry
+  ],
   activate: (
     app: JupyterFrontEnd,
     restorer: ILayoutRestorer | null,
     palette: ICommandPalette | null,
     statusBar: IStatusBar | null,
     notebooks: INotebookTracker | null,
-    settings: ISettingRegistry | null
+    settings: ISettingRegistry | null,
+    rendermime: IRenderMimeRegistry | null
   ) => {
+    // saved task tables: the snapshot, or the live widget while its model lives
+    const lookup: NotebookLookup = node => {
+      const panel: NotebookPanel | null | undefined = notebooks?.find(p => p.node.contains(node));
+      if (!panel) {
+        return null;
+      }
+      return { rendermime: panel.content.rendermime, ready: panel.sessionContext.ready };
+    };
+    const factory = snapshotFactory(lookup);
+    if (rendermime) {
+      rendermime.addFactory(factory, SNAPSHOT_RANK);
+    }
+    notebooks?.widgetAdded.connect((_, panel) => {
+      if (!panel.content.rendermime.mimeTypes.includes(SNAPSHOT_MIME)) {
+        panel.content.rendermime.addFactory(factory, SNAPSHOT_RANK);
+      }
+    });
+
     const client = new TasksClient();
     const model = new TaskModel({ client });
     const panel = new TasksPanel(model, client);

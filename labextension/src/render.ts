@@ -118,8 +118,8 @@ export function countStatuses(rows: Iterable<TaskRow>, kernelId: string | null):
     return counts;
   }
   for (const row of rows) {
-    if (row.kernel_id !== kernelId) {
-      continue;
+    if (row.kernel_id !== kernelId || row.kernel_gone) {
+      continue; // a gone kernel's tasks run nowhere: not counted as running or paused
     }
     if ((OCCUPIED_STATUSES as readonly string[]).includes(row.status)) {
       counts.running += 1;
@@ -281,6 +281,7 @@ export function rowSignature(row: TaskRow, ctx: RowContext): string {
     ctx.selected === row.task_id ? 'sel' : '',
     row.failure ? `${row.failure.kind}:${row.failure.message}` : '',
     row.requested_action ?? '',
+    row.kernel_gone ? 'gone' : '',
     ROW_VERBS.map(v => row.why[v] ?? '').join('\u0002')
   ].join('\u0001');
 }
@@ -426,6 +427,7 @@ export function patchTaskRow(
   p.sig = signature ?? rowSignature(row, ctx);
   setAttr(item, 'data-status', row.status);
   setClass(item, 'cm-mod-selected', ctx.selected === row.task_id);
+  setClass(item, 'cm-mod-kernel-gone', row.kernel_gone === true);
 
   const badgeClass = `cm-StatusBadge cm-status-${row.status}`;
   if (p.badge.className !== badgeClass) {
@@ -477,7 +479,9 @@ export function patchTaskRow(
   }
   place(item, p.failure, failed, [p.notice, p.actions]);
   const busy = ctx.pending(row.task_id);
-  const note = pendingText(busy);
+  const note = row.kernel_gone
+    ? `kernel gone: ${row.kernel_gone_reason ?? 'its kernel restarted or died'}`
+    : pendingText(busy);
   if (note) {
     setText(p.notice, note);
   }

@@ -18,6 +18,8 @@ export function row(overrides: Partial<TaskRow> = {}): TaskRow {
     ended_at: null,
     duration_s: 5,
     failure: null,
+    ended_by: null,
+    end_reason: null,
     tags: [],
     pipeline_run_id: null,
     owner: 'h:1:k1',
@@ -25,6 +27,8 @@ export function row(overrides: Partial<TaskRow> = {}): TaskRow {
     pid: 1,
     kernel_id: 'k1',
     notebook: 'a.ipynb',
+    kernel_gone: false,
+    kernel_gone_reason: null,
     can: { ...can, pause: true, stop: true },
     why: { resume: 'not paused' },
     ...overrides

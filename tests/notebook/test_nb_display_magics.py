@@ -51,7 +51,10 @@ def test_bundle_has_widget_html_and_plain_and_escapes(fctl, clock, comms) -> Non
     fctl.bump(tid, 2, message=XSS)
     fctl.fail(tid, XSS, traceback=f"Traceback\n  {XSS}\nValueError: {XSS}")
     data, metadata = display.task_bundle(fctl, task_ids=[tid], kind="task", title=XSS)
-    assert set(data) == {"text/plain", "text/html", display.WIDGET_MIME}
+    assert set(data) == {"text/plain", "text/html", display.WIDGET_MIME, display.SNAPSHOT_MIME}
+    snap = data[display.SNAPSHOT_MIME]
+    assert snap["rows"][0]["name"] == XSS  # data, drawn with textContent by the extension
+    assert snap["model_id"] == data[display.WIDGET_MIME]["model_id"]
     assert metadata == {}
     html = data["text/html"]
     assert XSS not in html

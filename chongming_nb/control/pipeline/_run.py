@@ -505,6 +505,11 @@ class PipelineRun:
 
         return display.bundle(self, self.ctl, pipeline_run_id=self.id, kind="run", title=self.name)
 
+    def _ipython_display_(self) -> None:
+        from chongming_nb.control import display
+
+        display.show(self, self.ctl, pipeline_run_id=self.id, kind="run", title=self.name)
+
     def __repr__(self) -> str:
         counts = " ".join(f"{k}={v}" for k, v in sorted(self._count_values().items()))
         return f"<PipelineRun {self.name!r} id={self.id} {self._run_status.value} {counts}>"

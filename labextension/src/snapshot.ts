@@ -1,0 +1,287 @@
+/**
+ * The saved snapshot of a task table in a notebook output.
+ *
+ * Every table the kernel displays carries, beside the widget view, the snapshot json
+ * (`SNAPSHOT_MIME`: rows as data) and keeps it current: the kernel updates the output
+ * when a row changes status. This renderer is preferred over the widget view's (it is
+ * registered at a lower rank): it draws the snapshot at once, then asks the notebook's
+ * own widget renderer for the live view and shows that instead as soon as it appears.
+ * When the widget's model is gone (the notebook was reopened without its kernel, or the
+ * kernel restarted) the live view never appears and the snapshot stays: final status,
+ * progress and duration, never "Error displaying widget: model not found".
+ *
+ * Every string of a row goes into the DOM with textContent.
+ */
+import type { IRenderMimeRegistry } from '@jupyterlab/rendermime';
+import type { IRenderMime } from '@jupyterlab/rendermime-interfaces';
+import { Message } from '@lumino/messaging';
+import { Panel, Widget } from '@lumino/widgets';
+
+import {
+  ACTOR_SOURCE_LABELS,
+  ActorSource,
+  SNAPSHOT_MIME,
+  STATUS_TONES,
+  TaskStatus,
+  WIDGET_MIME
+} from './contract';
+
+/** One row of the widget's row shape (the fields the snapshot draws). */
+export interface SnapshotRow {
+  id: string;
+  name: string;
+  status: string;
+  attempt: number;
+  max_attempts: number;
+  done: number;
+  total: number | null;
+  unit: string | null;
+  message: string | null;
+  started: number | null;
+  ended: number | null;
+  failure: { kind: string; message: string } | null;
+  ended_by: ActorSource | null;
+  end_reason: string | null;
+}
+
+export interface SnapshotData {
+  version: number;
+  kind: string;
+  title: string;
+  model_id: string;
+  rows: SnapshotRow[];
+  total_rows: number;
+  summary: Record<string, number>;
+  at: number | null;
+}
+
+function el<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  cls?: string,
+  text?: string
+): HTMLElementTagNameMap[K] {
+  const node = document.createElement(tag);
+  if (cls) {
+    node.className = cls;
+  }
+  if (text !== undefined) {
+    node.textContent = text;
+  }
+  return node;
+}
+
+const pad2 = (n: number) => String(n).padStart(2, '0');
+
+export function clockText(ms: number | null | undefined): string {
+  if (ms === null || ms === undefined) {
+    return '';
+  }
+  const d = new Date(ms);
+  return `${pad2(d.getHours())}:${pad2(d.getMinutes())}:${pad2(d.getSeconds())}`;
+}
+
+export function durationText(row: SnapshotRow, at: number | null): string {
+  if (row.started === null || row.started === undefined) {
+    return '';
+  }
+  const end = row.ended ?? at;
+  if (end === null || end === undefined) {
+    return '';
+  }
+  let s = Math.max(0, Math.floor((end - row.started) / 1000));
+  const h = Math.floor(s / 3600);
+  s -= h * 3600;
+  const m = Math.floor(s / 60);
+  s -= m * 60;
+  return h ? `${h}:${pad2(m)}:${pad2(s)}` : `${m}:${pad2(s)}`;
+}
+
+export function progressText(row: SnapshotRow): string {
+  const num = (x: number) => (Number.isInteger(x) ? String(x) : x.toFixed(1));
+  if (row.total === null && !row.done) {
+    return '';
+  }
+  const text = row.total === null ? num(row.done) : `${num(row.done)}/${num(row.total)}`;
+  const pct =
+    row.total ? ` (${Math.round((100 * Math.min(row.done, row.total)) / row.total)}%)` : '';
+  return `${row.unit ? `${text} ${row.unit}` : text}${pct}`;
+}
+
+/** "stopped from the sidebar at 14:03:07: not needed", or the failure, or the message. */
+export function messageText(row: SnapshotRow): string {
+  if (row.ended_by) {
+    const by = ACTOR_SOURCE_LABELS[row.ended_by] ?? row.ended_by;
+    const when = row.ended !== null ? ` at ${clockText(row.ended)}` : '';
+    return `${row.status} ${by}${when}${row.end_reason ? `: ${row.end_reason}` : ''}`;
+  }
+  if (row.failure) {
+    return `${row.failure.kind}: ${row.failure.message}`;
+  }
+  return row.message ?? '';
+}
+
+/** Draw the snapshot into `node` (replacing what is there). */
+export function renderSnapshot(node: HTMLElement, data: SnapshotData): void {
+  node.replaceChildren();
+  const rows = Array.isArray(data.rows) ? data.rows : [];
+  const head = el('div', 'cn-saved-head');
+  head.appendChild(el('strong', 'cn-saved-title', data.title || 'tasks'));
+  const counts = Object.entries(data.summary || {})
+    .map(([s, n]) => `${n} ${s}`)
+    .join(', ');
+  const total = data.total_rows ?? rows.length;
+  head.appendChild(
+    el('span', 'cn-saved-summary', ` — ${total} task${total === 1 ? '' : 's'}${counts ? `: ${counts}` : ''}`)
+  );
+  head.appendChild(
+    el('span', 'cn-saved-note', ` · saved state as of ${clockText(data.at)}, not live`)
+  );
+  node.appendChild(head);
+  const table = el('table', 'cn-saved-table');
+  const tbody = el('tbody');
+  for (const row of rows) {
+    const tr = el('tr', 'cn-saved-row');
+    tr.dataset.status = row.status;
+    tr.dataset.tone = STATUS_TONES[row.status as TaskStatus] ?? 'idle';
+    tr.dataset.taskId = row.id;
+    const name = el('td', 'cn-saved-name', row.name);
+    name.title = row.id;
+    const status = el('td', 'cn-saved-status');
+    status.appendChild(el('span', 'cn-saved-badge', row.status));
+    const prog = el('td', 'cn-saved-progress');
+    if (row.total) {
+      const bar = el('span', 'cn-saved-bar');
+      bar.setAttribute('role', 'progressbar');
+      bar.setAttribute('aria-valuemin', '0');
+      bar.setAttribute('aria-valuemax', String(row.total));
+      bar.setAttribute('aria-valuenow', String(row.done));
+      const fill = el('span', 'cn-saved-fill');
+      fill.style.width = `${Math.min(100, Math.max(0, (100 * row.done) / row.total)).toFixed(1)}%`;
+      bar.appendChild(fill);
+      prog.appendChild(bar);
+    }
+    prog.appendChild(el('span', 'cn-saved-progtext', progressText(row)));
+    const attempt = el('td', 'cn-saved-attempt', `${row.attempt}/${row.max_attempts}`);
+    const duration = el('td', 'cn-saved-duration', durationText(row, data.at));
+    const msg = el('td', 'cn-saved-message', messageText(row));
+    if (row.failure && !row.ended_by) {
+      msg.classList.add('cn-saved-failure');
+    }
+    tr.append(name, status, prog, attempt, duration, msg);
+    tbody.appendChild(tr);
+  }
+  table.appendChild(tbody);
+  node.appendChild(table);
+  if (total > rows.length) {
+    node.appendChild(el('div', 'cn-saved-more', `… ${total - rows.length} more tasks not shown`));
+  }
+}
+
+/** Finds the rendermime of the notebook a node is in (to ask it for the live widget view). */
+export type NotebookLookup = (node: HTMLElement) => {
+  rendermime: IRenderMimeRegistry;
+  ready: Promise<void>;
+} | null;
+
+/** The renderer: the snapshot, replaced by the live widget view while its model lives. */
+export class SnapshotRenderer extends Panel implements IRenderMime.IRenderer {
+  constructor(
+    private readonly _lookup: NotebookLookup,
+    private readonly _mimeType: string = SNAPSHOT_MIME
+  ) {
+    super();
+    this.addClass('cn-saved');
+    this._static.addClass('cn-saved-static');
+    this.addWidget(this._static);
+  }
+
+  async renderModel(model: IRenderMime.IMimeModel): Promise<void> {
+    const data = model.data[this._mimeType] as unknown as SnapshotData;
+    renderSnapshot(this._static.node, data);
+    this._pending = model.trusted && model.data[WIDGET_MIME] ? model : null;
+    if (this.isAttached) {
+      void this._goLive();
+    }
+  }
+
+  /** True while the live widget view is shown instead of the snapshot. */
+  get live(): boolean {
+    return this._isLive;
+  }
+
+  protected onAfterAttach(msg: Message): void {
+    super.onAfterAttach(msg);
+    void this._goLive();
+  }
+
+  dispose(): void {
+    this._observer?.disconnect();
+    this._observer = null;
+    super.dispose();
+  }
+
+  private async _goLive(): Promise<void> {
+    const model = this._pending;
+    this._pending = null;
+    if (!model || this.isDisposed) {
+      return;
+    }
+    const notebook = this._lookup(this.node);
+    if (!notebook) {
+      return;
+    }
+    await notebook.ready;
+    // the widget manager binds the notebook's widget renderer once the session is ready
+    await new Promise(resolve => setTimeout(resolve, 0));
+    if (this.isDisposed || !notebook.rendermime.mimeTypes.includes(WIDGET_MIME)) {
+      return;
+    }
+    const view = notebook.rendermime.createRenderer(WIDGET_MIME);
+    view.addClass('cn-saved-live');
+    view.hide();
+    this.addWidget(view);
+    // the view is live when the widget renderer has put the view's element in; while it
+    // only holds text ("Loading widget...", "model not found") the snapshot stays
+    const update = () => {
+      const isLive = !view.isDisposed && view.node.firstElementChild !== null;
+      if (isLive === this._isLive) {
+        return;
+      }
+      this._isLive = isLive;
+      if (isLive) {
+        view.show();
+        this._static.hide();
+      } else {
+        view.hide();
+        this._static.show();
+      }
+    };
+    this._observer = new MutationObserver(update);
+    this._observer.observe(view.node, { childList: true });
+    const viewModel: IRenderMime.IMimeModel = {
+      trusted: model.trusted,
+      data: { [WIDGET_MIME]: model.data[WIDGET_MIME] },
+      metadata: model.metadata,
+      setData: () => undefined // the kernel updates the output; nothing to write back
+    };
+    await view.renderModel(viewModel);
+    update();
+  }
+
+  private readonly _static = new Widget();
+  private _pending: IRenderMime.IMimeModel | null = null;
+  private _observer: MutationObserver | null = null;
+  private _isLive = false;
+}
+
+/** The factory, ranked before the widget view's (-10) so outputs with both come here. */
+export const SNAPSHOT_RANK = -20;
+
+export function snapshotFactory(lookup: NotebookLookup): IRenderMime.IRendererFactory {
+  return {
+    safe: true,
+    mimeTypes: [SNAPSHOT_MIME],
+    defaultRank: SNAPSHOT_RANK,
+    createRenderer: options => new SnapshotRenderer(lookup, options.mimeType)
+  };
+}

@@ -1,0 +1,148 @@
+"""Saved notebooks keep the final state, in real JupyterLab + Chromium: a task that
+finished after it was displayed, and one stopped from its row, are saved with their final
+rows; after the kernel is shut down and the notebook reopened, the outputs show those
+rows (never "Error displaying widget: model not found"), and the nbconvert HTML export
+says "succeeded". Screenshots go to the test's temp dir."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+SETUP = """\
+import time
+import chongming_nb as cn
+ctl = cn.Controller()
+def work(ctx, n, pause):
+    for _ in ctx.track(range(n), total=n, unit="item"):
+        time.sleep(pause)
+done = ctl.submit(work, 200, 0.01, name="finisher")
+done
+"""
+STOPPABLE = """\
+longer = ctl.submit(work, 100_000, 0.01, name="stoppable")
+longer
+"""
+WAIT = "done.wait(60); print('FINAL', done.status.value)"
+
+SNAPSHOT_STATUSES = """(i) => {
+    const nb = window.jupyterapp.shell.currentWidget.content;
+    const outputs = nb.model.cells.get(i).outputs.toJSON();
+    const out = [];
+    for (const o of outputs) {
+        const d = o.data && o.data['application/vnd.chongming.tasks+json'];
+        if (d) for (const r of d.rows) out.push(r.status);
+    }
+    return out;
+}"""
+
+
+def saved_statuses(nb: Any, i: int) -> list[str]:
+    return list(nb.page.evaluate(SNAPSHOT_STATUSES, i))
+
+
+def wait_saved_status(nb: Any, i: int, status: str, timeout: float = 30_000) -> None:
+    nb.page.wait_for_function(
+        f"""([i, status]) => ({SNAPSHOT_STATUSES})(i).includes(status)""",
+        arg=[i, status],
+        timeout=timeout,
+    )
+
+
+def test_save_shut_down_reopen_shows_final_states_and_html_says_succeeded(
+    notebook: Any, jupyter_lab: Any, tmp_path: Path
+) -> None:
+    nb = notebook("saved.ipynb", [SETUP, STOPPABLE, WAIT])
+    nb.run(0)
+    nb.cell(0).locator(".cn-item").first.wait_for(timeout=30_000)
+    assert saved_statuses(nb, 0) in (["running"], ["starting"], ["queued"])
+    nb.run(1)
+    stop = nb.cell(1).locator(".cn-item button[data-verb=stop]")
+    stop.wait_for(timeout=30_000)
+    nb.page.wait_for_function(
+        """() => {
+            const b = document.querySelectorAll('.jp-Notebook .jp-Cell')[1]
+                .querySelector('.cn-item button[data-verb=stop]');
+            return !!b && !b.disabled;
+        }""",
+        timeout=30_000,
+    )
+    stop.click()
+    nb.run(2)
+    assert "FINAL succeeded" in nb.wait_output(2, "FINAL")
+    # the kernel rewrote both outputs with their final rows
+    wait_saved_status(nb, 0, "succeeded")
+    wait_saved_status(nb, 1, "stopped")
+    nb.page.screenshot(path=str(tmp_path / "saved-live.png"))
+    nb.page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+    path = jupyter_lab.root / "saved.ipynb"
+    nb.page.wait_for_function(
+        """() => !window.jupyterapp.shell.currentWidget.context.model.dirty""",
+        timeout=30_000,
+    )
+    saved = json.loads(path.read_text())
+    outs = [o for o in saved["cells"][0]["outputs"] if "data" in o]
+    assert any("succeeded" in "".join(o["data"].get("text/html", "")) for o in outs)
+
+    nb.shutdown()
+    nb.page.wait_for_function(
+        """() => {
+            const w = window.jupyterapp.shell.currentWidget;
+            return !w.sessionContext.session || !w.sessionContext.session.kernel;
+        }""",
+        timeout=30_000,
+    )
+    # reopen in a fresh page: a new kernel, no widget models from the old one
+    again = type(nb)(jupyter_lab, nb.page, "saved.ipynb").open()
+    first = again.cell(0).locator(".cn-saved-static .cn-saved-row")
+    first.wait_for(timeout=30_000)
+    again.page.wait_for_timeout(0)
+    # give the widget manager its chance to restore; the snapshot must stay
+    again.page.wait_for_function(
+        """() => {
+            const w = window.jupyterapp.shell.currentWidget;
+            const k = w.sessionContext.session && w.sessionContext.session.kernel;
+            return k && k.status === 'idle';
+        }""",
+        timeout=60_000,
+    )
+    text0 = again.output_text(0)
+    text1 = again.output_text(1)
+    assert "model not found" not in text0 + text1
+    assert "succeeded" in first.inner_text()
+    assert "200/200 item (100%)" in first.inner_text()
+    row1 = again.cell(1).locator(".cn-saved-static .cn-saved-row").first
+    assert "stopped" in row1.inner_text()
+    assert "stopped from the widget at " in row1.inner_text()
+    assert row1.get_attribute("data-tone") == "muted"  # not red: a stop is not a failure
+    again.page.screenshot(path=str(tmp_path / "saved-reopened.png"))
+
+    # the HTML export
+    html_out = tmp_path / "saved.html"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nbconvert",
+            "--to",
+            "html",
+            str(path),
+            "--output",
+            str(html_out.with_suffix("")),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    exported = html_out.read_text()
+    assert ">succeeded<" in exported
+    assert "stopped from the widget at " in exported
+    assert "200/200 item" in exported
+    print("screenshots:", tmp_path)

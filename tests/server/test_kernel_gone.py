@@ -1,0 +1,117 @@
+"""Tasks whose kernel restarted or died, from the server's view (server/liveness.py):
+the row says "kernel gone" with the reason and allows no verb, a command is refused at
+once (nothing would ever claim it), and the feed reports the change without any write
+to the store. Real Jupyter server, real kernels, real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from helpers_server import put_task
+from tornado.httpclient import HTTPClientError
+
+from chongming_nb.core.states import TaskStatus
+from chongming_nb.server.extension import SETTINGS_KEY
+from chongming_nb.server.liveness import Liveness, owner_gone
+
+S = TaskStatus
+API = ("chongming", "api")
+HOST = socket.gethostname()
+
+
+def dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait(30)
+    return p.pid
+
+
+async def rows(jp_fetch: Any) -> dict[str, Any]:
+    r = await jp_fetch(*API, "tasks")
+    return {t["task_id"]: t for t in json.loads(r.body)["tasks"]}
+
+
+def test_owner_gone_rules() -> None:
+    now = datetime.now(UTC)
+    me = f"{HOST}:{os.getpid()}:k1"
+    assert not owner_gone(me, lease_until=None, now=now).gone
+    assert not owner_gone(me, lease_until=None, now=now, kernels={"k1": os.getpid()}).gone
+    restarted = owner_gone(me, lease_until=None, now=now, kernels={"k1": os.getpid() + 1})
+    assert restarted.gone and "kernel k1 restarted" in restarted.reason
+    died = owner_gone(f"{HOST}:{dead_pid()}:k2", lease_until=None, now=now, kernels={})
+    assert died.gone and "kernel k2 is gone" in died.reason and "not running" in died.reason
+    # another host, no lease: cannot be proven gone
+    assert not owner_gone("elsewhere:1:k3", lease_until=None, now=now).gone
+
+
+def test_liveness_asks_once_per_owner_and_skips_finished_tasks(kernel_store: Any) -> None:
+    owner = f"{HOST}:{dead_pid()}:k9"
+    a = put_task(kernel_store, "a", S.RUNNING, owner=owner)
+    b = put_task(kernel_store, "b", S.PAUSED, owner=owner)
+    c = put_task(kernel_store, "c", S.SUCCEEDED, owner=owner)
+    calls: list[int] = []
+
+    def pids() -> dict[str, int | None]:
+        calls.append(1)
+        return {}
+
+    gone = Liveness(pids).gone([a, b, c], now=datetime.now(UTC))
+    assert set(gone) == {"a", "b"} and calls == [1]
+
+
+async def test_a_dead_owners_tasks_read_kernel_gone_and_refuse_verbs_at_once(
+    jp_fetch: Any, kernel_store: Any
+) -> None:
+    put_task(kernel_store, "t-dead", S.RUNNING, owner=f"{HOST}:{dead_pid()}:kernel-x")
+    put_task(kernel_store, "t-live", S.RUNNING, owner=f"{HOST}:{os.getpid()}:kernel-y")
+    got = await rows(jp_fetch)
+    dead, live = got["t-dead"], got["t-live"]
+    assert dead["kernel_gone"] is True and "kernel kernel-x is gone" in dead["kernel_gone_reason"]
+    assert not any(dead["can"].values())
+    assert "the kernel that runs it is gone" in dead["why"]["stop"]
+    assert live["kernel_gone"] is False and live["can"]["stop"] is True
+    with pytest.raises(HTTPClientError) as info:
+        await jp_fetch(*API, "tasks", "t-dead", "commands", method="POST", body='{"verb": "stop"}')
+    assert info.value.code == 409
+    body = json.loads(info.value.response.body)  # type: ignore[union-attr]
+    assert "the kernel that runs it is gone" in body["message"]
+    assert kernel_store.claim_commands(owner="anyone", now=datetime.now(UTC), lease_seconds=5) == []
+    detail = json.loads((await jp_fetch(*API, "tasks", "t-dead")).body)
+    assert detail["task"]["kernel_gone"] is True
+
+
+async def test_a_kernel_restart_reaches_the_feed_without_a_store_write(
+    jp_fetch: Any, jp_web_app: Any, kernel_store: Any
+) -> None:
+    r = await jp_fetch("api", "kernels", method="POST", body=json.dumps({"name": "python3"}))
+    kid = json.loads(r.body)["id"]
+    try:
+        info = await jp_fetch("api", "kernels", kid)
+        assert json.loads(info.body)["id"] == kid
+        # the pid the kernel's controller records in its owner id
+        pid = jp_web_app.settings[SETTINGS_KEY].liveness.kernels()[kid]
+        assert isinstance(pid, int)
+        put_task(kernel_store, "t-k", S.RUNNING, owner=f"{HOST}:{pid}:{kid}")
+        assert (await rows(jp_fetch))["t-k"]["kernel_gone"] is False
+        first = json.loads(
+            (await jp_fetch(*API, "feed", params={"since": "0", "timeout": "0"})).body
+        )
+        cursor = first["cursor"]
+        waiting = asyncio.ensure_future(
+            jp_fetch(*API, "feed", params={"since": str(cursor), "timeout": "20"})
+        )
+        await jp_fetch("api", "kernels", kid, "restart", method="POST", body="{}")
+        answer = json.loads((await waiting).body)
+        (row,) = [t for t in answer["tasks"] if t["task_id"] == "t-k"]
+        assert row["kernel_gone"] is True and row["status"] == "running"
+        assert f"kernel {kid}" in row["kernel_gone_reason"]
+        assert not any(row["can"].values())
+    finally:
+        await jp_fetch("api", "kernels", kid, method="DELETE")
