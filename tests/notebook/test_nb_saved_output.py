@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from chongming_nb.notebook._fakes import FakeController, recording_comms
 from IPython.core.displaypub import CapturingDisplayPublisher
 from IPython.core.interactiveshell import InteractiveShell
 
@@ -18,6 +17,7 @@ import chongming_nb as cn
 from chongming_nb.notebook import display
 from chongming_nb.notebook.widget import SNAPSHOT_MIME, WIDGET_MIME, TaskTable
 from chongming_nb.testing import FakeClock
+from chongming_nb.testing.widgets import FakeController, recording_comms
 
 
 class Published:
