@@ -72,6 +72,7 @@ if TYPE_CHECKING:
         ConcurrencyPolicy,
         Exponential,
         JoinMode,
+        RetentionPolicy,
         RetryPolicy,
         Timeout,
     )
@@ -117,6 +118,7 @@ _LAZY_MODULES: dict[str, tuple[str, ...]] = {
         "ConcurrencyPolicy",
         "Exponential",
         "JoinMode",
+        "RetentionPolicy",
         "RetryPolicy",
         "Timeout",
     ),
@@ -229,6 +231,7 @@ __all__ = [
     "Progress",
     "ProgressUpdated",
     "RequestedAction",
+    "RetentionPolicy",
     "RetryPolicy",
     "RetryableError",
     "SqliteStore",

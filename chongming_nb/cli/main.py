@@ -31,7 +31,7 @@ import textwrap
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import fields, is_dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any, TextIO
 
@@ -405,6 +405,32 @@ class Cli:
             self.out.write(f"wrote {len(df)} {a.what} rows to {clean(out_path)} ({a.format})\n")
         return EXIT_OK
 
+    def cmd_prune(self) -> int:
+        """Delete finished tasks older than ``--older-than`` with all their history (one
+        transaction; never a task that has not finished)."""
+        a = self.args
+        statuses: frozenset[TaskStatus] | None = None
+        if a.status:
+            try:
+                statuses = frozenset(TaskStatus(s) for s in a.status)
+            except ValueError as exc:
+                known = ", ".join(s.value for s in TERMINAL)
+                raise CliError(EXIT_USAGE, f"{exc}; finished statuses: {known}") from exc
+            live = sorted(s.value for s in statuses if s not in TERMINAL)
+            if live:
+                raise CliError(EXIT_USAGE, f"--status {live[0]}: only finished tasks are pruned")
+        cutoff = _WallClock().now() - a.older_than
+        counts = self.store.purge(older_than=cutoff, status=statuses, dry_run=a.dry_run)
+        if a.json:
+            self.emit_json({"dry_run": a.dry_run, "older_than": cutoff.isoformat(), **counts})
+            return EXIT_OK
+        verb = "would delete" if a.dry_run else "deleted"
+        rest = ", ".join(f"{counts[t]} {t}" for t in counts if t != "tasks")
+        self.out.write(
+            f"{verb} {counts['tasks']} finished tasks ended before {_when(cutoff)} ({rest})\n"
+        )
+        return EXIT_OK
+
     def cmd_verify(self) -> int:
         """Replay each task's transitions and compare them with its snapshot: a gap (a
         transition the store never received, a snapshot ahead of or behind its
@@ -666,6 +692,26 @@ def _seconds(text: str) -> float:
     return value
 
 
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def _age(text: str) -> timedelta:
+    """``--older-than``: a positive age such as ``30d``, ``12h``, ``90m``, ``2w``."""
+    raw = text.strip().lower()
+    unit = _AGE_UNITS.get(raw[-1:]) if raw else None
+    try:
+        if unit is None:
+            raise ValueError
+        value = float(raw[:-1])
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected an age like 30d, 12h, 90m or 2w, got {text!r}"
+        ) from None
+    if not (math.isfinite(value) and 0 < value * unit <= 100 * 365 * 86400):
+        raise argparse.ArgumentTypeError(f"must be more than 0 and at most 100 years, got {text}")
+    return timedelta(seconds=value * unit)
+
+
 def _store_location(text: str) -> str:
     """``--store``: a non-empty location that names a store (checked, not opened)."""
     if not text.strip():
@@ -737,6 +783,12 @@ def _args_export(ex: argparse.ArgumentParser) -> None:
     )
 
 
+def _args_prune(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--older-than", type=_age, required=True, help="age, e.g. 30d, 12h, 2w")
+    p.add_argument("--status", action="append", help="only this finished status (repeatable)")
+    p.add_argument("--dry-run", action="store_true", help="count what would go, delete nothing")
+
+
 def _args_verify(v: argparse.ArgumentParser) -> None:
     v.add_argument("task_ids", nargs="*", metavar="ID", help="only these tasks (default: all)")
 
@@ -755,6 +807,7 @@ _SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] =
     "attempts": ("the attempts of a task", _args_task),
     "export": ("write tasks, attempts or transitions to a file", _args_export),
     "verify": ("check that each task's history rebuilds its snapshot", _args_verify),
+    "prune": ("delete finished tasks older than an age, with their history", _args_prune),
 }
 
 
@@ -811,6 +864,7 @@ _HANDLERS: dict[str, Callable[[Cli], int]] = {
     "attempts": Cli.cmd_attempts,
     "export": Cli.cmd_export,
     "verify": Cli.cmd_verify,
+    "prune": Cli.cmd_prune,
     **dict.fromkeys(CONTROL_VERBS, Cli.cmd_control),
 }
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +42,7 @@ from chongming_nb.control.handle import TaskHandle
 from chongming_nb.control.intake import NO_DEPS, Intake
 from chongming_nb.control.launcher import Launcher
 from chongming_nb.control.persistence import StoreLink, verify
-from chongming_nb.control.queries import Queries
+from chongming_nb.control.queries import Queries, status_set
 from chongming_nb.control.spec import TaskRegistry, TaskSpec
 from chongming_nb.control.timers import TimerQueue
 from chongming_nb.control.verbs import Verbs
@@ -54,6 +54,7 @@ from chongming_nb.core.policies import (
     BucketPolicy,
     ConcurrencyPolicy,
     JoinMode,
+    RetentionPolicy,
     RetryPolicy,
     Timeout,
 )
@@ -91,7 +92,10 @@ class Controller:
         artifacts_root: str | Path | None = None,
         owner: str | None = None,
         rng: random.Random | None = None,
+        retention: RetentionPolicy | None = None,
     ) -> None:
+        if retention is not None and not isinstance(retention, RetentionPolicy):
+            raise ConfigurationError(f"retention must be a RetentionPolicy, got {retention!r}")
         if concurrency is not None and not isinstance(concurrency, ConcurrencyPolicy):
             raise ConfigurationError(
                 f"concurrency must be a ConcurrencyPolicy, got {concurrency!r}"
@@ -140,6 +144,8 @@ class Controller:
         subscribe = getattr(self._clock, "subscribe", None)
         if callable(subscribe):
             subscribe(self._dispatcher.poke)
+        if retention is not None and store is not None:
+            self.prune(timedelta(days=retention.days), status=retention.status)
 
     # ------------------------------------------------------------- settings
 
@@ -538,6 +544,39 @@ class Controller:
         return self._bus.flush(timeout)
 
     # ------------------------------------------------------------------ store
+
+    def prune(
+        self,
+        older_than: timedelta | datetime,
+        *,
+        status: TaskStatus | str | Iterable[TaskStatus | str] | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, int]:
+        """Retention: delete from the store the finished tasks (``status``: only these)
+        that ended more than ``older_than`` ago (an age, or an aware cutoff time), with
+        their transitions, attempts, events, logs and commands, in one transaction,
+        then give the space back. Tasks this controller holds are kept (they are live
+        or this session's), and so is every unfinished task. Returns the rows deleted
+        per table (``dry_run``: counted, nothing deleted)."""
+        if self._store is None:
+            raise ConfigurationError("prune() needs a controller with a store")
+        if isinstance(older_than, timedelta):
+            if older_than <= timedelta(0):
+                raise ConfigurationError(f"older_than must be a positive age, got {older_than}")
+            cutoff = self._clock.now() - older_than
+        elif isinstance(older_than, datetime) and older_than.tzinfo is not None:
+            cutoff = older_than
+        else:
+            raise ConfigurationError(
+                f"older_than must be a timedelta or an aware datetime, got {older_than!r}"
+            )
+        statuses = status_set(status)
+        self.flush()
+        with self._book.lock:
+            keep = frozenset(self._book.tasks)
+        return dict(
+            self._store.purge(older_than=cutoff, status=statuses, keep=keep, dry_run=dry_run)
+        )
 
     def reconcile(self, on_orphan: str = "fail") -> dict[str, list[str]]:
         """Settle tasks in the store whose owner is gone or whose lease expired:

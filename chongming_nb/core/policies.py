@@ -172,6 +172,25 @@ class Timeout:
 
 
 @dataclass(frozen=True, slots=True)
+class RetentionPolicy:
+    """How long a controller's store keeps finished tasks (opt-in: ``Controller(...,
+    retention=RetentionPolicy(days=30))``). When the controller starts, finished tasks
+    (``status``: only these; default every finished status) that ended more than
+    ``days`` ago are deleted with all their history, as ``ctl.prune`` does."""
+
+    days: float = 30.0
+    status: frozenset[str] | None = None
+
+    def __post_init__(self) -> None:
+        if not _is_number(self.days) or not 0 < self.days <= 36500:
+            raise ConfigurationError(
+                f"RetentionPolicy.days must be a number of days in (0, 36500], got {self.days!r}"
+            )
+        if self.status is not None:
+            object.__setattr__(self, "status", frozenset(str(s) for s in self.status))
+
+
+@dataclass(frozen=True, slots=True)
 class ConcurrencyPolicy:
     """Scheduler limits: a global cap, named tag semaphores, a per-bucket cap."""
 

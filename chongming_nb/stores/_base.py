@@ -28,7 +28,7 @@ from chongming_nb.core.errors import ConcurrencyConflict, StoreError
 from chongming_nb.core.models import AttemptRecord, Command, CommandState, TaskSnapshot, Transition
 from chongming_nb.core.states import TERMINAL, TaskStatus
 from chongming_nb.stores import _codec as codec
-from chongming_nb.stores._sql import Dialect, task_order, task_where
+from chongming_nb.stores._sql import Dialect, purge_statuses, task_order, task_where
 from chongming_nb.stores.protocol import (
     EventRecord,
     LogRecord,
@@ -247,8 +247,13 @@ def upsert(table: str, columns: Sequence[str], key: Sequence[str]) -> str:
     )
 
 
+_TERMINAL_VALUES = sorted(s.value for s in TERMINAL)
 _TASK_COLS = _cols(codec.TASK_COLUMNS)
 _SELECT_TASK = f"SELECT {_TASK_COLS} FROM tasks"
+#: The tables that hold a task's history, by task_id (deleted with the task by purge).
+_HISTORY_TABLES = ("transitions", "attempts", "events", "logs", "commands")
+
+
 #: Rows of a page when the query gives no limit.
 PAGE = 100
 
@@ -271,7 +276,6 @@ def _parse_cursor(after: str | None, store: Any) -> tuple[int, datetime | None] 
 
 _COMMANDS = _cols(codec.COMMAND_COLUMNS)
 _COMMAND_TIMES = ("created_at", "lease_until", "completed_at")
-_TERMINAL_VALUES = sorted(s.value for s in TERMINAL)
 
 
 FrameKind = Literal["tasks", "attempts", "transitions"]
@@ -756,6 +760,47 @@ class SqlStore(TouchViaTouchMany, WritesViaRecordBatch):
         if not rows:
             return {c: () for c in names}
         return dict(zip(names, zip(*rows, strict=True), strict=True))
+
+    # ---------------------------------------------------------- retention
+    def purge(
+        self,
+        *,
+        older_than: datetime,
+        status: frozenset[TaskStatus] | None = None,
+        keep: frozenset[str] = frozenset(),
+        dry_run: bool = False,
+    ) -> dict[str, int]:
+        """Delete finished tasks that ended before ``older_than`` (optionally only those
+        of ``status``, all terminal) with their transitions, attempts, events, log
+        lines and commands, in ONE transaction; never a task that is not terminal, nor
+        one in ``keep``. Returns the rows deleted per table (``dry_run``: the rows it
+        would delete, and deletes nothing). Then gives the space back (``_reclaim``)."""
+        chosen = purge_statuses(status)
+        cutoff = self._t(codec.utc_req(older_than, "older_than"))
+        in_status, params = self.dialect.in_list("status", chosen)
+        cond = f"{in_status} AND COALESCE(ended_at, created_at) < ?"
+        params.append(cutoff)
+        if keep:
+            not_kept, more = self.dialect.in_list("task_id", sorted(keep))
+            cond += f" AND NOT ({not_kept})"
+            params += more
+        doomed = f"SELECT task_id FROM tasks WHERE {cond}"
+        counts: dict[str, int] = {}
+        with self._write() as conn:
+            for table in _HISTORY_TABLES:
+                verb = "SELECT COUNT(*) FROM" if dry_run else "DELETE FROM"
+                cur = conn.execute(self._sql(f"{verb} {table} WHERE task_id IN ({doomed})"), params)
+                counts[table] = int(cur.fetchone()[0]) if dry_run else int(cur.rowcount)
+            verb = "SELECT COUNT(*) FROM" if dry_run else "DELETE FROM"
+            cur = conn.execute(self._sql(f"{verb} tasks WHERE {cond}"), params)
+            counts["tasks"] = int(cur.fetchone()[0]) if dry_run else int(cur.rowcount)
+        if not dry_run and counts["tasks"]:
+            self._reclaim()
+        return counts
+
+    def _reclaim(self) -> None:
+        """Give the pages of deleted rows back (a backend hook; PostgreSQL's autovacuum
+        does it on its own)."""
 
     # ---------------------------------------------------------------- ops
     def prune(self, *, keep_terminal: int) -> int:

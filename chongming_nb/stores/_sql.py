@@ -12,7 +12,7 @@ from typing import Any
 
 from chongming_nb.core.errors import ConcurrencyConflict, StoreError
 from chongming_nb.core.models import AttemptRecord, TaskSnapshot, Transition
-from chongming_nb.core.states import TaskStatus
+from chongming_nb.core.states import TERMINAL, TaskStatus
 from chongming_nb.stores import _codec as codec
 from chongming_nb.stores._codec import encode
 from chongming_nb.stores.protocol import EventRecord, LogRecord, SaveItem, TaskQuery, Touch
@@ -88,6 +88,7 @@ class Dialect:
 
 
 _PG_SQL: dict[str, str] = {}
+_FINISHED = sorted(s.value for s in TERMINAL)
 #: seconds since the epoch of a SQLite time text (unixepoch is SQLite 3.38+)
 _EPOCH = (
     "unixepoch({})"
@@ -149,6 +150,20 @@ def task_where(q: TaskQuery, d: Dialect) -> tuple[str, list[Any]]:
         parts.append(sql)
         params += p
     return ("WHERE " + " AND ".join(parts)) if parts else "", params
+
+
+def purge_statuses(status: frozenset[TaskStatus] | None) -> list[str]:
+    """The terminal statuses a purge may delete (all of them by default); a live one is
+    refused by name."""
+    if status is None:
+        return _FINISHED
+    live = sorted(TaskStatus(s).value for s in status if TaskStatus(s) not in TERMINAL)
+    if live:
+        raise StoreError(
+            f"purge deletes finished tasks only; {', '.join(live)} is not finished "
+            f"(finished: {', '.join(_FINISHED)})"
+        )
+    return sorted(TaskStatus(s).value for s in status)
 
 
 def task_order(order: str) -> str:

@@ -18,6 +18,7 @@ from chongming_nb.core.models import (
 )
 from chongming_nb.core.states import TERMINAL, TaskStatus
 from chongming_nb.stores._codec import check_snapshot_times, utc, utc_req
+from chongming_nb.stores._sql import purge_statuses
 from chongming_nb.stores.protocol import (
     SCHEMA_VERSION,
     EventRecord,
@@ -439,6 +440,46 @@ class InMemoryStore(TouchViaTouchMany):
         return runs if limit is None else runs[:limit]
 
     # ------------------------------------------------------------------- ops
+    def purge(
+        self,
+        *,
+        older_than: datetime,
+        status: frozenset[TaskStatus] | None = None,
+        keep: frozenset[str] = frozenset(),
+        dry_run: bool = False,
+    ) -> dict[str, int]:
+        """As ``SqlStore.purge``."""
+        chosen = set(purge_statuses(status))
+        cutoff = utc_req(older_than, "older_than")
+        with self._lock:
+            self._check_open()
+            doomed = {
+                tid
+                for tid, (_, s) in self._tasks.items()
+                if s.status.value in chosen
+                and tid not in keep
+                and (s.ended_at or s.created_at) is not None
+                and (s.ended_at or s.created_at) < cutoff  # type: ignore[operator]
+            }
+            counts = {
+                "transitions": sum(len(self._history.get(t, {})) for t in doomed),
+                "attempts": sum(len(self._attempts.get(t, {})) for t in doomed),
+                "events": sum(1 for _, e in self._events if e.task_id in doomed),
+                "logs": sum(len(self._logs.get(t, [])) for t in doomed),
+                "commands": sum(1 for _, c in self._commands.values() if c.task_id in doomed),
+                "tasks": len(doomed),
+            }
+            if dry_run:
+                return counts
+            for t in doomed:
+                del self._tasks[t]
+                self._history.pop(t, None)
+                self._attempts.pop(t, None)
+                self._logs.pop(t, None)
+            self._events = [(n, e) for n, e in self._events if e.task_id not in doomed]
+            self._commands = {k: v for k, v in self._commands.items() if v[1].task_id not in doomed}
+        return counts
+
     def prune(self, *, keep_terminal: int) -> int:
         if keep_terminal < 0:
             raise ValueError(f"keep_terminal must be >= 0, got {keep_terminal}")

@@ -351,6 +351,22 @@ class TaskStore(Protocol):
         many were deleted. See the module docstring for exactly what is kept."""
         ...
 
+    def purge(
+        self,
+        *,
+        older_than: datetime,
+        status: frozenset[TaskStatus] | None = None,
+        keep: frozenset[str] = frozenset(),
+        dry_run: bool = False,
+    ) -> dict[str, int]:
+        """Retention: delete the finished tasks (``status``: only these, all terminal;
+        a live status is a StoreError) that ended (or, never started, were created)
+        before ``older_than``, except those in ``keep``, with their transitions,
+        attempts, events, log lines and commands, in one transaction. Returns the rows
+        per table (tasks, transitions, attempts, events, logs, commands); ``dry_run``
+        counts them and deletes nothing."""
+        ...
+
     def close(self) -> None:
         """Release connections. Idempotent. Using a closed store raises StoreError."""
         ...

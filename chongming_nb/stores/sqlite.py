@@ -712,6 +712,10 @@ class SqliteStore(SqlStore):
             conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
             if self._readonly:
                 return conn  # the journal mode is the writer's business
+            if conn.execute("PRAGMA page_count").fetchone()[0] == 0:
+                # a new file gives deleted pages back on purge (set on an existing file
+                # it would rewrite the header and change nothing else)
+                conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
             if mode is None or str(mode[0]).lower() != "wal":
                 raise self._fail(f"could not switch to WAL (journal_mode={mode})")
@@ -911,6 +915,16 @@ class SqliteStore(SqlStore):
             conn.execute("ROLLBACK TO chongming_updates")
             raise self._conflict(conn, updates)
         conn.execute("RELEASE chongming_updates")
+
+    def _reclaim(self) -> None:
+        """After a purge: free pages go back to the file system when the file was
+        created with ``auto_vacuum = INCREMENTAL`` (every file this release creates);
+        in an older file they stay free inside it and are reused by later writes."""
+        with self._lock:
+            conn = self._db()
+            if conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2:
+                # run to completion (one execute() step frees a single page)
+                conn.executescript("PRAGMA incremental_vacuum")
 
     def integrity_check(self) -> str:
         """``PRAGMA integrity_check`` ("ok" when the file is sound)."""

@@ -347,6 +347,51 @@ class StoreContract:
         expect_eq(store.page(TaskQuery(limit=0)), ([], None), "limit=0: an empty last page")
         expect_raises(StoreError, lambda: store.page(after="not-a-cursor"), "bad cursor")
 
+    def case_purge_deletes_old_finished_tasks_with_their_history(self, store: TaskStore) -> None:
+        def task(tid: str, status: TaskStatus, ended: float | None) -> None:
+            store.save_many(
+                [(snap(tid, status=status, ended_at=None if ended is None else at(ended)), None)],
+                [transition(tid, 1, at=at(0))],
+                attempts=[AttemptRecord(tid, 1, at(0), None if ended is None else at(ended))],
+                events=[EventRecord(f"e-{tid}", tid, at(0), "x", {})],
+            )
+            store.append_logs(tid, [LogRecord(at(0), "stdout", "hi")])
+            store.submit_command(Command(f"c-{tid}", tid, "stop", {}, "me", at(0)))
+
+        task("old-ok", S.SUCCEEDED, 10)
+        task("old-failed", S.FAILED, 20)
+        task("old-kept", S.SUCCEEDED, 10)
+        task("new-ok", S.SUCCEEDED, 100)
+        task("running", S.RUNNING, None)  # live: never purged, however old
+        cut = at(50)
+        dry = store.purge(older_than=cut, keep=frozenset({"old-kept"}), dry_run=True)
+        expect_eq(dry["tasks"], 2, "dry run counts the old finished tasks")
+        expect_eq(len(store.query()), 5, "a dry run deletes nothing")
+        only = store.purge(older_than=cut, status=frozenset({S.FAILED}))
+        expect_eq(only["tasks"], 1, "status narrows the purge")
+        expect(store.get("old-failed") is None and store.get("old-ok") is not None, "failed only")
+        got = store.purge(older_than=cut, keep=frozenset({"old-kept"}))
+        expect_eq(
+            got,
+            {"transitions": 1, "attempts": 1, "events": 1, "logs": 1, "commands": 1, "tasks": 1},
+            "one task's rows in every table",
+        )
+        expect_eq(sorted(ids(store.query())), ["new-ok", "old-kept", "running"], "left")
+        expect(
+            not store.history("old-ok")
+            and not store.attempts("old-ok")
+            and not store.logs("old-ok")
+            and not store.events("old-ok")
+            and not store.commands("old-ok"),
+            "the history of a purged task is gone",
+        )
+        expect(bool(store.history("running")) and bool(store.logs("old-kept")), "others keep it")
+        expect_raises(
+            StoreError,
+            lambda: store.purge(older_than=cut, status=frozenset({S.RUNNING})),
+            "a live status is refused",
+        )
+
     def case_query_filters(self, store: TaskStore) -> None:
         self._seed_query(store)
         expect_eq(ids(store.query()), ["t4", "t3", "t2", "t1", "t5"], "default order")
