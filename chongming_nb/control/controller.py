@@ -61,6 +61,7 @@ from chongming_nb.core.policies import (
 from chongming_nb.core.state_machine import CONTROL_VERBS
 from chongming_nb.core.states import TaskStatus
 from chongming_nb.core.validation import check_seconds
+from chongming_nb.pictures import Timeline, from_source
 from chongming_nb.runtime.clock import SYSTEM_CLOCK
 from chongming_nb.runtime.executors import Executor
 from chongming_nb.stores.protocol import LogRecord, TaskStore
@@ -77,6 +78,8 @@ class Controller:
     ``store``: None keeps everything in memory; a TaskStore (or a URL/path for
     ``open_store``) makes every transition durable and lets other processes (the
     JupyterLab sidebar, the ``chongming`` CLI) see and control the tasks.
+    ``max_parallel``: how many tasks run at once (default 4), a shortcut for
+    ``concurrency=ConcurrencyPolicy(max_parallel=...)``.
     """
 
     def __init__(
@@ -93,7 +96,15 @@ class Controller:
         owner: str | None = None,
         rng: random.Random | None = None,
         retention: RetentionPolicy | None = None,
+        max_parallel: int | None = None,
     ) -> None:
+        if max_parallel is not None:
+            if concurrency is not None:
+                raise ConfigurationError(
+                    "give max_parallel or concurrency, not both (max_parallel is "
+                    "concurrency=ConcurrencyPolicy(max_parallel=...))"
+                )
+            concurrency = ConcurrencyPolicy(max_parallel=max_parallel)
         if retention is not None and not isinstance(retention, RetentionPolicy):
             raise ConfigurationError(f"retention must be a RetentionPolicy, got {retention!r}")
         if concurrency is not None and not isinstance(concurrency, ConcurrencyPolicy):
@@ -506,6 +517,13 @@ class Controller:
     def events_df(self, **filters: Any) -> pd.DataFrame:
         """The status changes of the tasks matching ``filters``: ``transitions_df``."""
         return self._queries.transitions_df(**filters)
+
+    def timeline(self, **filters: Any) -> Timeline:
+        """The attempt timeline of the tasks matching ``filters`` (the DataFrame filters;
+        ``since`` / ``until`` keep the attempts that overlap the window): one lane per
+        task, retry waits, pauses, stops and timeouts marked, the slots in use below.
+        Attempts still running end at the controller's now."""
+        return from_source(self, title="attempts", now=self._clock.now(), **filters)
 
     # ------------------------------------------------------------ observing
 

@@ -257,3 +257,34 @@ def test_many_queued_inline_tasks_do_not_nest(rig: Rig) -> None:
     assert all(h.status is S.QUEUED for h in hs)
     g.release()
     assert [h.result(timeout=30) for h in hs] == list(range(600))
+
+
+def test_max_parallel_is_a_shortcut_for_the_concurrency_policy() -> None:
+    import threading
+
+    import chongming_nb as cn
+
+    ctl = cn.Controller(max_parallel=2)
+    try:
+        assert ctl.concurrency.max_parallel == 2
+        gate = threading.Event()
+        started = threading.Semaphore(0)
+
+        def hold(ctx):
+            started.release()
+            gate.wait(30)
+
+        handles = [ctl.submit(hold) for _ in range(3)]
+        assert started.acquire(timeout=30) and started.acquire(timeout=30)
+        # two run, the third waits for a slot (and its body never started)
+        wait_until(ctl, lambda: ctl.stats()["running"] == 2 and ctl.stats()["queued"] == 1)
+        assert not started.acquire(blocking=False)
+        gate.set()
+        for h in handles:
+            h.wait(30)
+    finally:
+        ctl.close()
+    with pytest.raises(cn.ConfigurationError, match="max_parallel or concurrency, not both"):
+        cn.Controller(max_parallel=2, concurrency=cn.ConcurrencyPolicy())
+    with pytest.raises(cn.ConfigurationError, match="max_parallel must be"):
+        cn.Controller(max_parallel=0)

@@ -239,3 +239,27 @@ def test_since_and_until_must_be_aware_and_in_order(tmp_path) -> None:
             from_source(ctl, since=at(5), until=at(1))
     finally:
         ctl.close()
+
+
+def test_the_controllers_timeline_draws_a_running_attempt_to_now() -> None:
+    import threading
+
+    import chongming_nb as cn
+    from chongming_nb.testing.executor_contract import poll_until
+
+    ctl = cn.Controller()
+    gate = threading.Event()
+    try:
+        h = ctl.submit(lambda ctx: gate.wait(30), name="holding")
+        assert poll_until(lambda: ctl.attempts(h.id) != [], 30)  # the attempt has begun
+        tl = ctl.timeline(name_prefix="holding")
+        (bar,) = tl.bars
+        assert bar.running and bar.outcome is None
+        assert tl.lanes == ((h.id, "holding"),)
+        gate.set()
+        h.wait(30)
+        (bar,) = ctl.timeline(name_prefix="holding").bars
+        assert not bar.running and bar.outcome == "succeeded"
+    finally:
+        gate.set()
+        ctl.close()
