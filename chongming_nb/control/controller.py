@@ -132,7 +132,7 @@ class Controller:
             self._link.beat_owner()
         self._timers = timers = TimerQueue(book, float(stop_grace), float(pause_grace))
         self._admission = admission = Admission(book, concurrency or ConcurrencyPolicy(), buckets)
-        self._deps = deps = Dependencies(book, admission)
+        self._deps = deps = Dependencies(book, admission, timers)
         self._attempts = attempts = Attempts(book, admission, deps, timers, rng or random.Random())
         root = Path(artifacts_root) if artifacts_root is not None else None
         self._launcher = launcher = Launcher(
@@ -207,12 +207,15 @@ class Controller:
         executor: str | Executor | None = None,
         idempotency_key: str | None = None,
         bucket_key: str | None = None,
+        delay: float | None = None,
+        not_before: datetime | None = None,
         **kwargs: Any,
     ) -> TaskHandle:
         """Start ``fn(ctx, *args, **kwargs)`` in the background; returns a TaskHandle at once.
 
         ``after=`` takes handles or task ids: the task waits BLOCKED until they all
         succeed, and is cancelled (dependency_failed) if one does not.
+        ``delay=`` seconds or ``not_before=`` a datetime: it waits BLOCKED, slotless, until then.
         """
         task_id = self._intake.submit(
             fn,
@@ -227,6 +230,7 @@ class Controller:
             executor=executor,
             idempotency_key=idempotency_key,
             bucket_key=bucket_key,
+            start=None if delay is None and not_before is None else (delay, not_before),
         )
         return TaskHandle(self, task_id)
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from chongming_nb.control.admission import Admission
 from chongming_nb.control.book import TaskBook, TaskEntry
+from chongming_nb.control.timers import TimerKind, TimerQueue
 from chongming_nb.core.models import FailureKind
 from chongming_nb.core.policies import JoinMode
 from chongming_nb.core.states import TERMINAL, TaskStatus
@@ -26,9 +27,10 @@ _UNSUCCESSFUL = TERMINAL - {TaskStatus.SUCCEEDED}
 
 
 class Dependencies:
-    def __init__(self, book: TaskBook, admission: Admission) -> None:
+    def __init__(self, book: TaskBook, admission: Admission, timers: TimerQueue) -> None:
         self.book = book
         self.admission = admission
+        self.timers = timers  # a delayed start (delay= / not_before=) arms one
 
     def link(self, t: TaskEntry) -> None:
         """Under the lock: record ``t`` as a dependant of each of its upstreams."""
@@ -94,8 +96,16 @@ class Dependencies:
             self.settle(list(t.dependants))
 
     def release(self, t: TaskEntry, now: datetime | None = None) -> None:
-        """Dependencies are met: inject upstream results, test ``when``, queue."""
+        """Dependencies are met: inject upstream results, test ``when``, queue. A
+        delayed start whose time has not come stays BLOCKED; its timer releases it."""
         book = self.book
+        start_at = t.snap.retry_at  # a delayed start (only a waiting task has one)
+        if start_at is not None and t.snap.status is S.BLOCKED:
+            wait = (start_at - book.clock.now()).total_seconds()
+            if wait > 0:
+                deadline = book.clock.monotonic() + wait
+                self.timers.push(deadline, TimerKind.START, t.snap.task_id, t.snap.status_version)
+                return
         if t.deps:
             values = self._upstream_map(t)
             names = (t.upstream or {}).get("__names__", {})

@@ -128,6 +128,11 @@ class Dispatcher:
                     "pause rolled back: the task did not reach a checkpoint in time "
                     "(it keeps running)",
                 )
+        elif kind is TimerKind.START:
+            if s.status is S.BLOCKED and s.status_version == marker:
+                self.deps.release(t)
+                if t.snap.status in TERMINAL:  # when= was false: its dependants settle
+                    self.deps.settle(list(t.dependants or ()))
         elif kind is TimerKind.WAKE:
             token = t.sleeper
             if t.exec_attempt == marker and token is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from chongming_nb.control.admission import Admission
@@ -23,6 +23,7 @@ from chongming_nb.control.spec import (
     TaskSpec,
     _validate,
     check_arguments,
+    check_start,
     submit_facts,
 )
 from chongming_nb.core.errors import ConfigurationError
@@ -77,11 +78,13 @@ class Intake:
         compensate: Callable[..., Any] | None = None,
         upstream_names: Mapping[str, str] | None = None,
         prepared: tuple[TaskSpec, bool] | None = None,
+        start: tuple[float | None, datetime | None] | None = None,
     ) -> str:
         """The new task's id (or the id an idempotency key already names).
 
         ``prepared``: ``(final spec, inject)`` from a caller that has already validated
-        the spec and bound the arguments (pipelines do it once per node at ``add``)."""
+        the spec and bound the arguments (pipelines do it once per node at ``add``).
+        ``start``: this call's ``(delay, not_before)``, which win over the spec's."""
         book = self.book
         if not callable(fn):
             raise ConfigurationError(f"submit() needs a callable, got {fn!r}")
@@ -104,6 +107,7 @@ class Intake:
             spec = spec.merged(
                 **_validate(name, retry, timeout, tags, priority, compensate), executor=executor
             )
+        timing = check_start(*start) if start is not None else None
         if idempotency_key is not None:
             check_text("idempotency_key", idempotency_key, empty=True)
         if bucket_key is not None:
@@ -172,6 +176,7 @@ class Intake:
                 bucket_key,
                 self.owner,
             )
+            start_at = _start_at(spec, timing, now)
             t = TaskEntry(snap, fn, tuple(args), dict(kwargs), inject, spec, spec.executor, dep_ids)
             if join is not JoinMode.ALL_SUCCEEDED:
                 t.join = join
@@ -197,13 +202,32 @@ class Intake:
                     )
                 )
             if deps:
-                book.apply(t, book.sm.mark_blocked, reason="waiting for " + ", ".join(deps))
+                book.apply(
+                    t,
+                    book.sm.mark_blocked,
+                    reason="waiting for " + ", ".join(deps),
+                    until=start_at,
+                )
                 self.deps.settle([task_id])
+            elif start_at is not None:
+                book.apply(
+                    t, book.sm.mark_blocked, reason=f"waiting until {start_at}", until=start_at
+                )
+                self.deps.release(t, now)  # arms its start timer
             else:
                 self.deps.release(t, now)
             picked = self.launcher.pick_for_pump()
         self.launcher.pump(picked)  # the outbox is flushed before anything launches
         return task_id
+
+
+def _start_at(spec: TaskSpec, timing: Mapping[str, Any] | None, now: datetime) -> datetime | None:
+    """When a delayed task may start (None: now). The call's ``timing`` wins over the
+    spec's ``delay`` / ``not_before``; a time already passed is no delay."""
+    delay = spec.delay if timing is None else timing.get("delay")
+    not_before = spec.not_before if timing is None else timing.get("not_before")
+    at = now + timedelta(seconds=delay) if delay else not_before
+    return at if at is not None and at > now else None
 
 
 #: Argument types that are JSON as they are (the common case needs no trial encoding).

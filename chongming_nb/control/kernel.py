@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import warnings
 from typing import Any
 
 from chongming_nb.control.controller import Controller
@@ -47,7 +48,9 @@ def get_controller(store: Any = None, **kwargs: Any) -> Controller:
             kwargs.setdefault("owner", owner_id())
             ctl = Controller(store=store, **kwargs)
             # tasks left behind by a dead kernel become LOST (never silently re-run)
-            ctl.reconcile("fail")
+            report = ctl.reconcile("fail")
+            if report.get("scheduled"):
+                _report_missed_starts(ctl, report["scheduled"])
             _controller = ctl
         elif store is not None or kwargs:
             raise RuntimeError(
@@ -55,6 +58,20 @@ def get_controller(store: Any = None, **kwargs: Any) -> Controller:
                 "cn.Controller(...) for a different configuration"
             )
         return _controller
+
+
+def _report_missed_starts(ctl: Controller, task_ids: list[str]) -> None:
+    """Say which tasks of a kernel that is gone were waiting for a delayed start: they
+    were cancelled, not run; whoever scheduled them decides whether to resubmit."""
+    snaps = [s for s in map(ctl.store.get, task_ids) if s is not None]
+    lines = [f"  {s.name} ({s.task_id}): {s.failure.message if s.failure else ''}" for s in snaps]
+    warnings.warn(
+        f"{len(snaps)} scheduled task(s) of a kernel that is gone were not run:\n"
+        + "\n".join(lines)
+        + "\nResubmit them if they are still needed.",
+        UserWarning,
+        stacklevel=3,
+    )
 
 
 def _reset_for_tests() -> None:

@@ -413,7 +413,8 @@ class StoreLink:
         ctl = self.ctl
         now = self.book.clock.now()
         owners = {o.owner_id: o for o in self.store.owners()}
-        out: dict[str, list[str]] = {"lost": [], "requeued": [], "manual": []}
+        # "scheduled": also in lost/manual, the ones that waited for a delayed start
+        out: dict[str, list[str]] = {"lost": [], "requeued": [], "manual": [], "scheduled": []}
         sm = StateMachine(self.book.clock)
         for snap in self.store.query(TaskQuery(status=frozenset(NON_TERMINAL))):
             if snap.task_id in self.book.tasks or snap.lease_owner == ctl.owner:
@@ -421,6 +422,12 @@ class StoreLink:
             expired = snap.lease_until is not None and snap.lease_until < now
             if owner_alive(snap.lease_owner, owners, now) and not expired:
                 continue
+            scheduled = snap.retry_at is not None and snap.status in (
+                TaskStatus.PENDING,
+                TaskStatus.BLOCKED,
+            )
+            if scheduled:
+                out["scheduled"].append(snap.task_id)
             if on_orphan == "manual":
                 out["manual"].append(snap.task_id)
                 continue
@@ -430,6 +437,8 @@ class StoreLink:
             why = f"owner {snap.lease_owner or '?'} is gone" + (
                 " (lease expired)" if expired else ""
             )
+            if scheduled:  # never started silently by someone else: said, and left to you
+                why += f"; was scheduled for {snap.retry_at:%Y-%m-%d %H:%M:%S %Z} — resubmit?"
             cur = snap
             trs: list[tuple[TaskSnapshot, int]] = []
             transitions: list[Transition] = []

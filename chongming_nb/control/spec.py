@@ -13,6 +13,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, TypeVar, overload
 
 from chongming_nb.core._fast import evolver
@@ -34,6 +35,9 @@ class TaskSpec:
     priority: int | None = None
     executor: Any = None
     compensate: Callable[..., Any] | None = None
+    #: a delayed start: seconds after submit, or a fixed time (at most one of the two)
+    delay: float | None = None
+    not_before: datetime | None = None
 
     def merged(self, **overrides: Any) -> TaskSpec:
         changes = {k: v for k, v in overrides.items() if v is not None}
@@ -51,10 +55,12 @@ _evolve_spec = evolver(TaskSpec)
 def _validate(
     name: str | None,
     retry: RetryPolicy | int | None,
-    timeout: Timeout | float | None,
-    tags: Iterable[str] | None,
-    priority: int | None,
-    compensate: Callable[..., Any] | None,
+    timeout: Timeout | float | None = None,
+    tags: Iterable[str] | None = None,
+    priority: int | None = None,
+    compensate: Callable[..., Any] | None = None,
+    delay: float | None = None,
+    not_before: datetime | None = None,
 ) -> dict[str, Any]:
     """The task options of ``submit``, ``@task`` and ``Pipeline.add`` (see
     ``core/validation.py`` for the rules): what changes, or a ConfigurationError."""
@@ -93,7 +99,24 @@ def _validate(
         if not callable(compensate):
             raise ConfigurationError(f"compensate must be callable, got {compensate!r}")
         out["compensate"] = compensate
+    out.update(check_start(delay, not_before))
     return out
+
+
+def check_start(delay: Any, not_before: Any) -> dict[str, Any]:
+    """``delay=`` (seconds) or ``not_before=`` (a timezone-aware datetime), at most one."""
+    if delay is not None and not_before is not None:
+        raise ConfigurationError("give delay= or not_before=, not both")
+    if delay is not None:
+        return {"delay": check_seconds("delay", delay)}
+    if not_before is not None:
+        if not isinstance(not_before, datetime) or not_before.tzinfo is None:
+            raise ConfigurationError(
+                f"not_before must be a timezone-aware datetime, got {not_before!r} "
+                "(e.g. datetime(2026, 1, 2, 6, 0, tzinfo=timezone.utc))"
+            )
+        return {"not_before": not_before}
+    return {}
 
 
 @overload
@@ -112,6 +135,8 @@ def task(
     priority: int | None = None,
     executor: Any = None,
     compensate: Callable[..., Any] | None = None,
+    delay: float | None = None,
+    not_before: datetime | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -126,9 +151,12 @@ def task(
     priority: int | None = None,
     executor: Any = None,
     compensate: Callable[..., Any] | None = None,
+    delay: float | None = None,
+    not_before: datetime | None = None,
 ) -> F | Callable[[F], F]:
-    """Declare a task: ``@task`` or ``@task(retry=..., timeout=..., tags=...)``."""
-    opts = _validate(name, retry, timeout, tags, priority, compensate)
+    """Declare a task: ``@task`` or ``@task(retry=..., timeout=..., tags=...)``.
+    ``delay=`` (seconds) or ``not_before=`` (a datetime) delays every submit of it."""
+    opts = _validate(name, retry, timeout, tags, priority, compensate, delay, not_before)
     if executor is not None:
         opts["executor"] = executor
 

@@ -22,6 +22,7 @@ class TimerKind(enum.Enum):
     STOP = "stop"  # the stop window ran out (marker: attempt)
     TIMEOUT = "timeout"  # look at the task's timeouts again (marker: attempt)
     WAKE = "wake"  # a ctx.sleep ends (marker: attempt)
+    START = "start"  # a delayed start's time came (marker: status version)
 
 
 #: How often the dispatcher wakes at the latest (heartbeats, store commands); also how

@@ -82,6 +82,8 @@ class Verbs:
             if t.snap.status in (S.QUEUED, S.STARTING, S.RUNNING):
                 return
             self._raise(t, "start")
+            if t.snap.retry_at is not None:  # a delayed start: now instead
+                t.snap = t.snap.evolve(retry_at=None)
             if t.deps and t.snap.status is S.PENDING:
                 self.book.apply(t, self.book.sm.mark_blocked)
                 self.deps.settle([t.snap.task_id])

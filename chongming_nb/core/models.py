@@ -157,6 +157,8 @@ class TaskSnapshot:
     started_at: datetime | None = None
     ended_at: datetime | None = None
     last_heartbeat_at: datetime | None = None
+    # when a waiting task may be queued: the end of a retry backoff (RETRY_WAIT) or a
+    # delayed start (``delay=`` / ``not_before=``, while PENDING/BLOCKED)
     retry_at: datetime | None = None
     # progress
     progress: Progress | None = None

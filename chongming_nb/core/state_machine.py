@@ -396,11 +396,20 @@ class StateMachine:
 
     # ------------------------------------------------------ lifecycle events
 
-    def mark_blocked(self, s: TaskSnapshot, *, reason: str | None = None) -> Result:
+    def mark_blocked(
+        self, s: TaskSnapshot, *, reason: str | None = None, until: datetime | None = None
+    ) -> Result:
+        """PENDING -> BLOCKED: waiting for dependencies and/or, with ``until``, for a
+        delayed start (kept in ``retry_at``: the time the task may be queued)."""
         if s.status is not S.PENDING:
             raise self._reject(s, "mark_blocked", frozenset({S.PENDING}))
         return self._apply(
-            s, S.BLOCKED, trigger="scheduler:blocked", actor="scheduler", reason=reason
+            s,
+            S.BLOCKED,
+            trigger="scheduler:blocked",
+            actor="scheduler",
+            reason=reason,
+            changes=None if until is None else {"retry_at": until},
         )
 
     def mark_queued(

@@ -13,11 +13,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from chongming_nb.core.models import ACTOR_SOURCE_LABELS, TaskSnapshot, end_summary
+from chongming_nb.core.states import TaskStatus
 from chongming_nb.notebook.schema import STATUSES, VERBS
 
 #: Longest last-message / log line kept in a row (the full line stays in the log).
 MAX_MESSAGE_LEN = 300
 _RATE_WINDOW = 8
+#: statuses in which a task may wait for a delayed start (its ``retry_at``)
+_WAITING = frozenset({TaskStatus.PENDING, TaskStatus.BLOCKED})
 
 
 def epoch_ms(at: datetime | None) -> float | None:
@@ -173,9 +176,29 @@ def build_row(
         "has_tb": bool(snap.failure is not None and snap.failure.traceback),
         "tags": sorted(snap.tags),
         "run": snap.pipeline_run_id,
+        "starts": epoch_ms(snap.retry_at) if snap.status in _WAITING else None,
         "requested": None if snap.requested_action is None else str(snap.requested_action.value),
         "can": {verb: bool(can.get(verb, (False, None))[0]) for verb in VERBS},
     }
+
+
+def starts_text(row: Mapping[str, Any], now_ms: float) -> str | None:
+    """ "starts at 14:05 (in 3m)" for a task waiting for a delayed start."""
+    starts = row.get("starts")
+    if starts is None:
+        return None
+    at = datetime.fromtimestamp(float(starts) / 1000.0, tz=UTC).strftime("%H:%M UTC")
+    return f"starts at {at} (in {_fmt_in(max(0.0, (float(starts) - now_ms) / 1000.0))})"
+
+
+def _fmt_in(seconds: float) -> str:
+    if seconds < 60:
+        return f"{int(seconds)}s"
+    minutes = int(seconds // 60)
+    if minutes < 60:
+        return f"{minutes}m"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes}m" if minutes else f"{hours}h"
 
 
 def end_fields(snap: TaskSnapshot) -> tuple[str | None, str | None]:
@@ -244,7 +267,7 @@ def render_plain(
     for row in rows[:limit]:
         prog = _fmt_progress(row)
         dur = _fmt_duration(row, now_ms)
-        msg = end_text(row) or row.get("message") or ""
+        msg = end_text(row) or starts_text(row, now_ms) or row.get("message") or ""
         bits = [str(row["name"]), f"[{row['status']}]", prog, dur, str(msg)]
         lines.append("  " + "  ".join(b for b in bits if b))
     if len(rows) > limit:
@@ -275,7 +298,7 @@ def render_html(
         "<tbody>",
     ]
     for row in rows[:limit]:
-        msg = row.get("message") or ""
+        msg = starts_text(row, now_ms) or row.get("message") or ""
         failure = row.get("failure")
         end = end_text(row)
         if failure:

@@ -99,6 +99,7 @@ ROW_FIELDS: Final[tuple[str, ...]] = (
     "has_tb",  # a traceback can be fetched with a "detail" request
     "tags",
     "run",  # pipeline run id or None
+    "starts",  # epoch ms a delayed task may start (delay= / not_before=), else None
     "requested",  # "stop" | "pause" | None while on its way
     "can",  # {verb: bool} for every verb in VERBS
 )

@@ -115,13 +115,18 @@ class Pipeline:
         priority: int | None = None,
         executor: Any = None,
         serializer: Serializer | None = None,
+        delay: float | None = None,
+        not_before: datetime | None = None,
     ) -> Node:
         """Add a step: ``fn(ctx?, *args, **kwargs)`` once ``deps`` allow (``join``) and
         ``when(up)`` is true (``up[node]`` is an upstream result). ``compensate`` (or
-        ``@task(compensate=...)``) undoes it on rollback and gets its output."""
+        ``@task(compensate=...)``) undoes it on rollback and gets its output.
+        ``delay=`` / ``not_before=``: the step's task starts no earlier than that many
+        seconds after the run creates it, or that time (see also ``sleep``)."""
         return self._add(
-            fn, args, kwargs, deps, when, retry, join, name, compensate, timeout, tags,
-            priority, executor, serializer, NOT_A_MAP, None,
+            fn, args, kwargs, deps, when=when, retry=retry, join=join, name=name,
+            serializer=serializer, compensate=compensate, timeout=timeout, tags=tags,
+            priority=priority, executor=executor, delay=delay, not_before=not_before,
         )  # fmt: skip
 
     def map(
@@ -143,6 +148,8 @@ class Pipeline:
         priority: int | None = None,
         executor: Any = None,
         serializer: Serializer | None = None,
+        delay: float | None = None,
+        not_before: datetime | None = None,
     ) -> Node:
         """Fan out: one task ``fn(ctx?, item, *args, **kwargs)`` per item, at most
         ``max_parallel`` at a time; the node's result is the list of their results.
@@ -168,8 +175,10 @@ class Pipeline:
         if max_parallel is not None and check_int64("max_parallel", max_parallel) < 1:
             raise ConfigurationError(f"max_parallel must be an int >= 1, got {max_parallel!r}")
         return self._add(
-            fn, args, kwargs, deps, when, retry, join, name, compensate, timeout, tags,
-            priority, executor, serializer, items, max_parallel,
+            fn, args, kwargs, deps, when=when, retry=retry, join=join, name=name,
+            serializer=serializer, items=items, max_parallel=max_parallel,
+            compensate=compensate, timeout=timeout, tags=tags, priority=priority,
+            executor=executor, delay=delay, not_before=not_before,
         )  # fmt: skip
 
     def sleep(
@@ -190,10 +199,7 @@ class Pipeline:
             raise ConfigurationError(f"sleep() needs a node name, got {name!r}")
         step = sleep_step(seconds, until)
         # in the kernel, on a thread: it records the wake time in the run
-        return self._add(
-            step, (), None, deps, None, None, JoinMode.ALL_SUCCEEDED, name, None, None,
-            None, None, "thread", None, NOT_A_MAP, None,
-        )  # fmt: skip
+        return self._add(step, (), None, deps, name=name, executor="thread")
 
     def _add(
         self,
@@ -201,19 +207,19 @@ class Pipeline:
         args: Sequence[Any],
         kwargs: Mapping[str, Any] | None,
         deps: Iterable[Node | str],
-        when: Any,
-        retry: Any,
-        join: Any,
-        name: str | None,
-        compensate: Any,
-        timeout: Any,
-        tags: Any,
-        priority: Any,
-        executor: Any,
-        serializer: Any,
-        items: Any,
-        max_parallel: int | None,
+        *,
+        when: Any = None,
+        retry: Any = None,
+        join: Any = JoinMode.ALL_SUCCEEDED,
+        name: str | None = None,
+        serializer: Any = None,
+        items: Any = NOT_A_MAP,
+        max_parallel: int | None = None,
+        executor: Any = None,
+        **options: Any,
     ) -> Node:
+        """``options``: the task options of ``add`` (compensate, timeout, tags, priority,
+        delay, not_before), checked as ``@task`` checks them."""
         if not callable(fn):
             raise ConfigurationError(f"a node needs a callable, got {fn!r}")
         if isinstance(args, str | bytes) or not isinstance(args, Sequence):
@@ -233,7 +239,7 @@ class Pipeline:
             raise ConfigurationError(
                 f"node {node_name!r}: when= decides on upstream results, so it needs deps"
             )
-        over = _validate(None, retry, timeout, tags, priority, compensate)
+        over = _validate(None, retry, **options)
         spec = spec_of(fn).merged(**over, executor=executor)
         ser = check_serializer(serializer) if serializer is not None else None
         node = Node(

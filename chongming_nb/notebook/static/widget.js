@@ -543,7 +543,9 @@ function render({ model, el }) {
       const end = r.ended_by
         ? `${r.status} ${actorLabels[r.ended_by] || r.ended_by} at ${clockText(r.ended)}${r.end_reason ? `: ${r.end_reason}` : ""}`
         : "";
-      const msg = r.failure ? `${r.failure.kind}: ${r.failure.message}` : end || r.message || "";
+      // a delayed start: "starts at 14:05 (in 3:00)", counted down by the clock below
+      const starts = r.starts ? `starts at ${clockText(r.starts).slice(0, 5)} (in ${durationText((r.starts - Date.now()) / 1000)})` : "";
+      const msg = r.failure ? `${r.failure.kind}: ${r.failure.message}` : end || starts || r.message || "";
       refs.msgText.textContent = msg;
       refs.msgText.title = msg;
       refs.msgText.classList.toggle("cn-failure", !!r.failure);
