@@ -8,9 +8,10 @@ reason.
 
 :func:`owner_gone` is the one place that decides, from the server's view:
 
-* the server's kernel manager knows the owner's kernel and runs it in *another* process
-  than the owner's pid: the kernel restarted (the owner is gone even while the old
-  process is still exiting);
+* the server's kernel manager knows the owner's kernel and is shutting it down (a
+  restart or a shutdown in progress: the old process may linger for the manager's
+  shutdown wait, 5 s by default, but it will claim nothing more), or runs it in
+  *another* process than the owner's pid (it restarted);
 * otherwise ``chongming_nb.control.ownership.judge`` (same host: is the pid alive and
   still the same process; another host: the lease).
 
@@ -22,18 +23,28 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from chongming_nb.control.ownership import OwnerId, Verdict, judge
 from chongming_nb.core.models import TaskSnapshot
 
-__all__ = ["KernelPids", "Liveness", "owner_gone"]
+__all__ = ["KernelPids", "KernelView", "Liveness", "kernel_pids_of", "owner_gone"]
 
 log = logging.getLogger("chongming_nb.server")
 
-#: ``kernel id -> pid of its process`` (None: pid unknown) for the kernels this server runs.
-KernelPids = Mapping[str, int | None]
+
+@dataclass(frozen=True, slots=True)
+class KernelView:
+    """What this server's kernel manager says about one of its kernels."""
+
+    pid: int | None  # its process (None: unknown)
+    stopping: bool = False  # a shutdown or restart is in progress
+
+
+#: ``kernel id -> KernelView`` for the kernels this server runs.
+KernelPids = Mapping[str, KernelView]
 
 
 def owner_gone(
@@ -47,13 +58,16 @@ def owner_gone(
     """Is ``owner`` (a task's ``lease_owner``) provably gone? See the module docstring."""
     oid = OwnerId.parse(owner)
     if oid is not None and oid.kernel and kernels is not None and oid.kernel in kernels:
-        pid = kernels[oid.kernel]
+        view = kernels[oid.kernel]
+        pid = view.pid
         if pid is not None and oid.pid is not None and pid != oid.pid:
             return Verdict(
                 True,
                 f"kernel {oid.kernel} restarted (its process is now pid {pid}, "
                 f"the task's controller was pid {oid.pid})",
             )
+        if view.stopping and (pid is None or pid == oid.pid):
+            return Verdict(True, f"kernel {oid.kernel} is restarting or shutting down")
     verdict = judge(owner, lease_until=lease_until, now=now, owners=owners)
     if verdict.gone and oid is not None and oid.kernel:
         return Verdict(True, f"kernel {oid.kernel} is gone ({verdict.reason})")
@@ -106,10 +120,10 @@ class Liveness:
 
 
 def kernel_pids_of(kernel_manager: Any) -> Callable[[], KernelPids]:
-    """``kernel id -> pid`` from a jupyter_server kernel manager (its provisioners)."""
+    """``kernel id -> KernelView`` from a jupyter_server kernel manager."""
 
     def read() -> KernelPids:
-        pids: dict[str, int | None] = {}
+        views: dict[str, KernelView] = {}
         for kid in list(kernel_manager.list_kernel_ids()):
             try:
                 km = kernel_manager.get_kernel(kid)
@@ -117,7 +131,10 @@ def kernel_pids_of(kernel_manager: Any) -> Callable[[], KernelPids]:
                 continue
             prov = getattr(km, "provisioner", None)
             pid = getattr(prov, "pid", None)
-            pids[str(kid)] = pid if isinstance(pid, int) else None
-        return pids
+            # jupyter_client sets shutting_down from the shutdown request of a restart
+            # or shutdown until the new process starts
+            stopping = getattr(km, "shutting_down", False) is True
+            views[str(kid)] = KernelView(pid if isinstance(pid, int) else None, stopping)
+        return views
 
     return read

@@ -196,9 +196,18 @@ export class SnapshotRenderer extends Panel implements IRenderMime.IRenderer {
   }
 
   async renderModel(model: IRenderMime.IMimeModel): Promise<void> {
+    // JupyterLab calls this again on the same renderer when the kernel updates the
+    // output (update_display_data): the snapshot is redrawn, the live view kept
     const data = model.data[this._mimeType] as unknown as SnapshotData;
     renderSnapshot(this._static.node, data);
-    this._pending = model.trusted && model.data[WIDGET_MIME] ? model : null;
+    const view = model.trusted ? (model.data[WIDGET_MIME] as { model_id?: string } | undefined) : undefined;
+    const modelId = view?.model_id ?? null;
+    if (modelId !== null && modelId === this._modelId) {
+      return; // the same widget model: its live view (if any) stays
+    }
+    this._dropView();
+    this._modelId = modelId;
+    this._pending = modelId !== null ? model : null;
     if (this.isAttached) {
       void this._goLive();
     }
@@ -215,9 +224,19 @@ export class SnapshotRenderer extends Panel implements IRenderMime.IRenderer {
   }
 
   dispose(): void {
+    this._dropView();
+    super.dispose();
+  }
+
+  private _dropView(): void {
     this._observer?.disconnect();
     this._observer = null;
-    super.dispose();
+    if (this._view) {
+      this._view.dispose();
+      this._view = null;
+    }
+    this._isLive = false;
+    this._static.show();
   }
 
   private async _goLive(): Promise<void> {
@@ -236,7 +255,11 @@ export class SnapshotRenderer extends Panel implements IRenderMime.IRenderer {
     if (this.isDisposed || !notebook.rendermime.mimeTypes.includes(WIDGET_MIME)) {
       return;
     }
+    if (this._modelId !== (model.data[WIDGET_MIME] as { model_id?: string }).model_id) {
+      return; // a newer model came while waiting
+    }
     const view = notebook.rendermime.createRenderer(WIDGET_MIME);
+    this._view = view;
     view.addClass('cn-saved-live');
     view.hide();
     this.addWidget(view);
@@ -269,6 +292,8 @@ export class SnapshotRenderer extends Panel implements IRenderMime.IRenderer {
   }
 
   private readonly _static = new Widget();
+  private _view: IRenderMime.IRenderer | null = null;
+  private _modelId: string | null = null;
   private _pending: IRenderMime.IMimeModel | null = null;
   private _observer: MutationObserver | null = null;
   private _isLive = false;

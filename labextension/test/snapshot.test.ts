@@ -110,6 +110,24 @@ describe('the renderer', () => {
     await new Promise(resolve => setTimeout(resolve, 5));
     expect(r.live).toBe(true);
     expect(r.node.querySelector('.cn-saved-static')!.classList.contains('lm-mod-hidden')).toBe(true);
+    // the kernel updates the output: same renderer, same model, one view, still live
+    let created = 0;
+    rendermime.createRenderer = () => {
+      created++;
+      return new FakeView();
+    };
+    const finalRows = data([srow({ status: 'failed' })]);
+    await r.renderModel({
+      data: { [SNAPSHOT_MIME]: finalRows as never, [WIDGET_MIME]: { model_id: 'm1' } },
+      metadata: {},
+      trusted: true,
+      setData: () => undefined
+    } as never);
+    await new Promise(resolve => setTimeout(resolve, 5));
+    expect(created).toBe(0);
+    expect(r.live).toBe(true);
+    expect(r.node.querySelectorAll('.cn-saved-live').length).toBe(1);
+    expect(r.node.querySelector('.cn-saved-badge')!.textContent).toBe('failed');
     Widget.detach(r);
     r.dispose();
   });

@@ -80,6 +80,13 @@ def test_save_shut_down_reopen_shows_final_states_and_html_says_succeeded(
     # the kernel rewrote both outputs with their final rows
     wait_saved_status(nb, 0, "succeeded")
     wait_saved_status(nb, 1, "stopped")
+    # an updated output keeps one live view (the renderer is reused, not stacked)
+    nb.page.wait_for_function(
+        """() => [...document.querySelectorAll('.jp-Notebook .jp-Cell')].slice(0, 2)
+            .every(c => c.querySelectorAll('.cn-item').length === 1
+                && c.querySelector('.cn-item .cn-badge').textContent.trim() !== 'running')""",
+        timeout=30_000,
+    )
     nb.page.screenshot(path=str(tmp_path / "saved-live.png"))
     nb.page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
     path = jupyter_lab.root / "saved.ipynb"

@@ -20,7 +20,7 @@ from tornado.httpclient import HTTPClientError
 
 from chongming_nb.core.states import TaskStatus
 from chongming_nb.server.extension import SETTINGS_KEY
-from chongming_nb.server.liveness import Liveness, owner_gone
+from chongming_nb.server.liveness import KernelView, Liveness, owner_gone
 
 S = TaskStatus
 API = ("chongming", "api")
@@ -42,9 +42,15 @@ def test_owner_gone_rules() -> None:
     now = datetime.now(UTC)
     me = f"{HOST}:{os.getpid()}:k1"
     assert not owner_gone(me, lease_until=None, now=now).gone
-    assert not owner_gone(me, lease_until=None, now=now, kernels={"k1": os.getpid()}).gone
-    restarted = owner_gone(me, lease_until=None, now=now, kernels={"k1": os.getpid() + 1})
+    alive = {"k1": KernelView(os.getpid())}
+    assert not owner_gone(me, lease_until=None, now=now, kernels=alive).gone
+    moved = {"k1": KernelView(os.getpid() + 1)}
+    restarted = owner_gone(me, lease_until=None, now=now, kernels=moved)
     assert restarted.gone and "kernel k1 restarted" in restarted.reason
+    # asked to restart or shut down, the old process still exiting: gone already
+    stopping = {"k1": KernelView(os.getpid(), stopping=True)}
+    going = owner_gone(me, lease_until=None, now=now, kernels=stopping)
+    assert going.gone and "restarting or shutting down" in going.reason
     died = owner_gone(f"{HOST}:{dead_pid()}:k2", lease_until=None, now=now, kernels={})
     assert died.gone and "kernel k2 is gone" in died.reason and "not running" in died.reason
     # another host, no lease: cannot be proven gone
@@ -58,7 +64,7 @@ def test_liveness_asks_once_per_owner_and_skips_finished_tasks(kernel_store: Any
     c = put_task(kernel_store, "c", S.SUCCEEDED, owner=owner)
     calls: list[int] = []
 
-    def pids() -> dict[str, int | None]:
+    def pids() -> dict[str, KernelView]:
         calls.append(1)
         return {}
 
@@ -96,7 +102,7 @@ async def test_a_kernel_restart_reaches_the_feed_without_a_store_write(
         info = await jp_fetch("api", "kernels", kid)
         assert json.loads(info.body)["id"] == kid
         # the pid the kernel's controller records in its owner id
-        pid = jp_web_app.settings[SETTINGS_KEY].liveness.kernels()[kid]
+        pid = jp_web_app.settings[SETTINGS_KEY].liveness.kernels()[kid].pid
         assert isinstance(pid, int)
         put_task(kernel_store, "t-k", S.RUNNING, owner=f"{HOST}:{pid}:{kid}")
         assert (await rows(jp_fetch))["t-k"]["kernel_gone"] is False
