@@ -21,7 +21,7 @@ SIZES: dict[str, dict[str, dict[str, Any]]] = {
         "executors": {"tasks": 4, "work": 20_000},
         "widget": {"tasks": 100, "seconds": 1.0},
         "output": {"megabytes": 1, "repeats": 1},
-        "cell_loop": {"items": 20_000, "repeats": 2},
+        "cell_loop": {"items": 20_000, "repeats": 2, "stop_trials": 3},
     },
     "full": {
         "overhead": {"items": 2_000_000, "calls": 2_000_000, "repeats": 5},
@@ -38,7 +38,7 @@ SIZES: dict[str, dict[str, dict[str, Any]]] = {
         "executors": {"tasks": 8, "work": 2_000_000},
         "widget": {"tasks": 10_000, "seconds": 10.0},
         "output": {"megabytes": 8, "repeats": 3},
-        "cell_loop": {"items": 2_000_000, "repeats": 5},
+        "cell_loop": {"items": 2_000_000, "repeats": 5, "stop_trials": 21},
     },
 }
 

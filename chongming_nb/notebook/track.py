@@ -13,9 +13,11 @@ loop yields.
 
 Invariants:
 
-* Between two boundary checks the loop runs a C-level ``islice`` over a batch sized to
-  take a few milliseconds (like ``ctx.track``): a stop or pause lands before the next
-  item of the next batch; counts reported at a boundary are exact.
+* Between two boundary checks the items flow through C iterators only (a batch sized
+  to take a few milliseconds, like ``ctx.track``'s). The batch's guard list, emptied by
+  any request (``LoopHandle.wake``, the interrupt handler), ends it before its next
+  item, so a stop or pause lands at the exact item boundary; counts reported at a
+  boundary are exact.
 * A loop is ended exactly once (``_end``): by exhaustion, a stop, ``close()``, leaving
   the ``for`` early (the generator is closed), ``__exit__`` with an exception, or — for
   an exception raised in the loop's body in a notebook — the end of the cell.
@@ -34,8 +36,8 @@ import signal
 import sys
 import threading
 from collections.abc import Iterable, Iterator, Mapping
-from itertools import count
-from operator import itemgetter
+from itertools import chain, count
+from operator import itemgetter, length_hint
 from time import monotonic, perf_counter
 from types import FrameType
 from typing import Any, Generic, TypeVar
@@ -56,6 +58,29 @@ _BATCH_HIGH = 0.008
 _MAX_BATCH = 1 << 16
 _NONES = (None,) * _MAX_BATCH
 _second = itemgetter(1)
+#: ``next(_EMPTY, x)`` is ``x``: the guard of a batch over a built-in iterator
+_EMPTY: Iterator[Any] = iter(())
+_STOPS = (_EMPTY,) * _MAX_BATCH
+#: iterators whose ``length_hint`` is exact: what they have left, always
+_HINTED = frozenset(
+    type(iter(x))
+    for x in (
+        [],
+        (),
+        range(1),
+        range(1 << 64),
+        "",
+        "\u20ac",
+        b"",
+        bytearray(),
+        {},
+        {}.values(),
+        {}.items(),
+        set(),
+        frozenset(),
+        reversed([]),
+    )
+)
 
 
 # ------------------------------------------------------------------ where we run
@@ -369,7 +394,7 @@ class tqdm(Generic[T]):
         self._sigint = False
         self._stopped_by: str | None = None
         self._interrupted = False
-        self._live: tuple[float, count[int]] | None = None
+        self._live: tuple[float, Any, int | None] | None = None
         self._with = False
         self._cell = False
         self._deferred = False
@@ -422,28 +447,46 @@ class tqdm(Generic[T]):
         if iterable is None:
             raise TypeError("'tqdm' object is not iterable without an iterable")
         if self.disable or self._ended:
-            yield from iterable
-            return
+            return iter(iterable)
         self._iterating = True
         self._activate()
-        it = iter(iterable)
+        # the items flow through C iterators only (chain -> map -> the loop's iterator);
+        # this object's Python code runs once per batch, in _batches
+        return chain.from_iterable(self._batches(iter(iterable)))
+
+    def _batches(self, it: Iterator[T]) -> Iterator[Iterator[T]]:
+        """One C iterator per batch. Before each: refill the guard, then look at the
+        flags; a request that comes after the look empties the guard, and the batch ends
+        before its next item (the guard is asked before the loop's iterator).
+
+        Counting: a built-in iterator says exactly how many items it has left
+        (``length_hint``), so a batch is ``map(next, guard, it)`` (``next(E, x)`` is ``x``
+        for the exhausted ``E``); any other iterator is counted by a ``count`` zipped in.
+        """
         n = self.n
         batch = 1
         rec = self._rec
         guard = self._guard
+        hinted = type(it) in _HINTED
+        left = length_hint(it) if hinted else 0
+        counter = count(0)
         try:
-            while True:
-                # refill the guard first, then look at the flags: a request that comes
-                # after the look empties the guard, and the batch ends before its next
-                # item (zip asks the guard before it asks the loop's iterator)
-                guard[:] = _NONES[:batch]
+            while not hinted or left:
+                guard[:] = (_STOPS if hinted else _NONES)[:batch]
                 if self._flagged() and self._boundary():
                     return
                 t0 = perf_counter()
-                counter = count(0)
-                self._live = (n, counter)
-                yield from map(_second, zip(iter(guard), it, counter, strict=False))
-                produced = next(counter)
+                if hinted:
+                    self._live = (n, it, left)
+                    yield map(next, iter(guard), it)
+                    now_left = length_hint(it)
+                    produced = left - now_left
+                    left = now_left
+                else:
+                    counter = count(0)
+                    self._live = (n, counter, None)
+                    yield map(_second, zip(iter(guard), it, counter, strict=False))
+                    produced = next(counter)
                 dt = perf_counter() - t0
                 if produced:
                     n += produced
@@ -452,7 +495,7 @@ class tqdm(Generic[T]):
                         rec.reporter.progress(n, None, None, None)
                     elif self._fp is not None:
                         self._refresh_text()
-                elif guard:  # nothing produced and the guard still full: exhausted
+                elif guard and not hinted:  # nothing produced, guard still full: exhausted
                     break
                 if dt < _BATCH_LOW and batch < _MAX_BATCH:
                     batch *= 2
@@ -460,7 +503,7 @@ class tqdm(Generic[T]):
                     batch = max(1, batch // 2)
         except GeneratorExit:  # left early: break, return, or an exception in the body
             # the item the body had when it let go is not done (tqdm counts the same)
-            self.n = n + max(0, next(counter) - 1)
+            self.n = self._live_n()
             self._left()
             raise
         except TaskCancelled:  # a Stopped from _boundary: already ended
@@ -523,13 +566,16 @@ class tqdm(Generic[T]):
         return False
 
     def _live_n(self) -> float:
-        """The count of an outer loop whose body is running (the item it is in is not
-        done): its batch's start plus what its counter handed out. ``repr`` reads a
-        ``count`` without advancing it."""
+        """The count of a loop whose body is running (the item it is in is not done):
+        its batch's start plus what the batch handed out so far (``repr`` reads a
+        ``count`` without advancing it)."""
         if self._live is None:
             return self.n
-        base, counter = self._live
-        pulled = int(repr(counter)[len("count(") : -1])
+        base, source, left = self._live
+        if left is not None:
+            pulled = left - length_hint(source)
+        else:
+            pulled = int(repr(source)[len("count(") : -1])
         return base + max(0, pulled - 1)
 
     def _request_stop(self, by: str) -> None:

@@ -400,3 +400,38 @@ def test_an_interrupt_between_loops_does_what_the_previous_handler_does(
     monkeypatch.setattr(tr, "_sigint_prev", signal.SIG_DFL)
     with pytest.raises(KeyboardInterrupt):
         tr._on_sigint(signal.SIGINT, None)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda: list(range(5000)), id="list"),
+        pytest.param(lambda: range(5000), id="range"),
+        pytest.param(lambda: dict.fromkeys(range(5000)), id="dict"),
+        pytest.param(lambda: (i for i in range(5000)), id="generator"),
+    ],
+)
+def test_a_stop_from_another_thread_lands_before_the_next_item(
+    ctl: cn.Controller, make: Callable[[], Any]
+) -> None:
+    bar = cn.track(make(), controller=ctl)
+    assert bar.task_id is not None
+    tid = bar.task_id
+    seen = []
+    at_300, stopped = threading.Event(), threading.Event()
+
+    def control() -> None:
+        at_300.wait(10)
+        ctl.stop(tid)  # the loop waits for this at item 300, in the middle of a batch
+        stopped.set()
+
+    helper = threading.Thread(target=control)
+    helper.start()
+    with pytest.raises(cn.Stopped) as info:
+        for i in bar:
+            seen.append(i)
+            if i == 300:
+                at_300.set()
+                stopped.wait(10)
+    helper.join(10)
+    assert seen == list(range(301)) and info.value.done == 301 == bar.n
