@@ -506,8 +506,11 @@ class PipelineRun:
         return display.bundle(self, self.ctl, pipeline_run_id=self.id, kind="run", title=self.name)
 
     def _ipython_display_(self) -> None:
+        """In a notebook: the run's live graph above its live table; both outputs keep
+        their final state for the saved notebook."""
         from chongming_nb.control import display
 
+        display.show_graph(self)
         display.show(self, self.ctl, pipeline_run_id=self.id, kind="run", title=self.name)
 
     def __repr__(self) -> str:

@@ -1,0 +1,106 @@
+"""Live pictures in a notebook output: a run's graph (or any picture with a mime bundle)
+displayed with a display id and redrawn while its work runs, so the cell shows it live and
+the saved notebook and its HTML export keep the final picture.
+
+One redraw thread per picture. The controller's events only mark the picture dirty (they
+come from the recorder thread and must return at once); the thread redraws at most
+``rate`` times a second, and once more after ``finished()`` holds, then unsubscribes.
+
+Invariants:
+
+* the last publish happens after ``finished()`` was seen true: the saved output is final;
+* at most one redraw per ``1 / rate`` seconds, however many events arrive;
+* an error while drawing or publishing is logged and never reaches the controller.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger("chongming_nb.notebook")
+
+Publisher = Callable[[dict[str, Any], str, bool], None]
+
+
+def _ipython_publish(data: dict[str, Any], display_id: str, first: bool) -> None:
+    from IPython.display import display, update_display
+
+    if first:
+        display(data, raw=True, display_id=display_id)
+    else:
+        update_display(data, raw=True, display_id=display_id)
+
+
+def _bundle(picture: Any) -> dict[str, Any]:
+    data = picture._repr_mimebundle_()
+    return dict(data[0] if isinstance(data, tuple) else data)
+
+
+class LivePicture:
+    """Show ``make()`` now and redraw it as ``ctl`` reports changes, until ``finished()``."""
+
+    def __init__(
+        self,
+        ctl: Any,
+        make: Callable[[], Any],
+        finished: Callable[[], bool],
+        *,
+        rate: float = 2.0,
+        publish: Publisher | None = None,
+    ) -> None:
+        if not rate > 0:
+            raise ValueError(f"rate must be > 0 redraws a second, got {rate!r}")
+        self._make = make
+        self._finished = finished
+        self._interval = 1.0 / rate
+        self._publish = publish or _ipython_publish
+        self.display_id = uuid.uuid4().hex
+        self.redraws = 0
+        self._dirty = threading.Event()
+        self._done = threading.Event()
+        self._publish(_bundle(make()), self.display_id, True)
+        if finished():
+            self._done.set()
+            return
+        self._unsubscribe = ctl.watch(lambda _event: self._dirty.set())
+        self._thread = threading.Thread(
+            target=self._redraw_loop, name="chongming-live-picture", daemon=True
+        )
+        self._thread.start()
+
+    def _redraw_loop(self) -> None:
+        try:
+            while True:
+                # a look every second as well: the work can end with no event after the
+                # last change it drew (a run's status is settled after its tasks' events)
+                self._dirty.wait(timeout=1.0)
+                # finished is read before the drawing: a drawing made after it held is final
+                final = self._finished()
+                if not final and not self._dirty.is_set():
+                    continue
+                self._dirty.clear()
+                try:
+                    self._publish(_bundle(self._make()), self.display_id, False)
+                    self.redraws += 1
+                except Exception:
+                    log.debug("redrawing a live picture failed", exc_info=True)
+                if final:
+                    return
+                time.sleep(self._interval)  # the rate limit (events are coalesced meanwhile)
+        finally:
+            self._unsubscribe()
+            self._done.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the final picture was published; False on timeout."""
+        return self._done.wait(timeout)
+
+
+def show_run_graph(run: Any, publish: Publisher | None = None) -> LivePicture:
+    """Display a pipeline run's graph above its table, redrawn while the run goes on."""
+    return LivePicture(run.ctl, run.graph, run.done, publish=publish)
