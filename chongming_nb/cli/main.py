@@ -29,7 +29,7 @@ import os
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import fields, is_dataclass
 from datetime import UTC, datetime, timedelta
 from enum import Enum
@@ -160,6 +160,52 @@ def _table(
 #: Rows per page when ``ps --limit 0`` streams every task.
 _STREAM_PAGE = 1000
 _PS_HEADER = ("ID", "NAME", "STATUS", "ATTEMPT", "PROGRESS", "CREATED", "OWNER")
+
+
+class _Export:
+    """A file that DataFrames are appended to, one after the other, as one CSV, JSON
+    array of records or Parquet file (written as they come: one frame in memory)."""
+
+    def __init__(self, path: str, fmt: str) -> None:
+        self.path, self.fmt = path, fmt
+        self.parts = 0
+        self.fh: Any = None
+        self.parquet: Any = None
+
+    def __enter__(self) -> _Export:
+        if self.fmt != "parquet":
+            self.fh = open(self.path, "w", encoding="utf-8", newline="")
+        return self
+
+    def write(self, df: Any) -> None:
+        if self.fmt == "csv":
+            df.to_csv(self.fh, index=False, header=self.parts == 0)
+        elif self.fmt == "json":
+            text = df.to_json(orient="records", date_format="iso", indent=1)
+            body = text.strip()[1:-1].strip("\n")
+            if body:
+                self.fh.write(("[\n" if self.parts == 0 else ",\n") + body)
+                self.parts += 1
+            return
+        else:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            if self.parquet is None:
+                table = pa.Table.from_pandas(df, preserve_index=False)
+                self.parquet = pq.ParquetWriter(self.path, table.schema)
+            else:  # the first part's schema (a part of empty lists would guess another)
+                table = pa.Table.from_pandas(df, schema=self.parquet.schema, preserve_index=False)
+            self.parquet.write_table(table)
+        self.parts += 1
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fh is not None:
+            if self.fmt == "json":
+                self.fh.write("\n]" if self.parts else "[]")
+            self.fh.close()
+        if self.parquet is not None:
+            self.parquet.close()
 
 
 def _ps_row(s: TaskSnapshot) -> tuple[str, ...]:
@@ -373,36 +419,61 @@ class Cli:
         if self.store.get(task_id) is None and not self.store.history(task_id):
             raise CliError(EXIT_USAGE, f"no task with id {clean(task_id)!r} in {self.store.url}")
 
-    def cmd_export(self) -> int:
-        from chongming_nb.frames import attempts_frame, snapshots_frame, transitions_frame
+    def _export_frames(self, what: str, store: TaskStore) -> Iterator[Any]:
+        """The export as DataFrames of at most ``_STREAM_PAGE`` tasks each, oldest task
+        first: keyset pages of tasks, each page's frame read in one query when the store
+        builds frames (so memory holds one page, however big the store)."""
+        from chongming_nb import frames
 
+        columns = getattr(store, "frame_columns", None)
+        q = TaskQuery(order="oldest", limit=_STREAM_PAGE)
+        after: str | None = None
+        while True:
+            snaps, after = store.page(q, after=after)
+            if snaps:
+                names = {s.task_id: s.name for s in snaps}
+                kind = what
+                if columns is not None:
+                    df = frames.frame_from_columns(
+                        kind, columns(kind, TaskQuery(ids=frozenset(names)))
+                    )
+                    if kind == "tasks":  # read newest first: this page oldest first
+                        df = df.iloc[::-1].reset_index(drop=True)
+                elif kind == "tasks":
+                    df = frames.snapshots_frame(snaps)
+                elif kind == "attempts":
+                    recs = [r for s in snaps for r in store.attempts(s.task_id)]
+                    df = frames.attempts_frame(recs, names)
+                else:
+                    trs = [t for s in snaps for t in store.history(s.task_id)]
+                    df = frames.transitions_frame(trs, names)
+                yield df
+            if after is None:
+                return
+
+    def cmd_export(self) -> int:
         a = self.args
-        snaps = self.store.query(TaskQuery(order="oldest"))
-        names = {s.task_id: s.name for s in snaps}
-        if a.what == "tasks":
-            df = snapshots_frame(snaps)
-        elif a.what == "attempts":
-            df = attempts_frame([r for s in snaps for r in self.store.attempts(s.task_id)], names)
-        else:
-            df = transitions_frame([t for s in snaps for t in self.store.history(s.task_id)], names)
+        parts = self._export_frames(a.what, self.store)  # the store opens (or is refused) first
         out_path = a.out
         parent = os.path.dirname(os.path.abspath(out_path))
         if not os.path.isdir(parent):
             raise CliError(EXIT_USAGE, f"--out {out_path}: directory {parent} does not exist")
+        rows = 0
         try:
-            if a.format == "csv":
-                df.to_csv(out_path, index=False)
-            elif a.format == "json":
-                df.to_json(out_path, orient="records", date_format="iso", indent=1)
-            else:
-                df.to_parquet(out_path, index=False)
+            with _Export(out_path, a.format) as sink:
+                for df in parts:
+                    if len(df):
+                        sink.write(df)
+                        rows += len(df)
+                if rows == 0:
+                    sink.write(self._empty_frame(a.what))
         except OSError as exc:
             raise CliError(EXIT_USAGE, f"cannot write {out_path}: {exc}") from exc
-        summary = {"rows": len(df), "what": a.what, "format": a.format, "out": out_path}
+        summary = {"rows": rows, "what": a.what, "format": a.format, "out": out_path}
         if a.json:
             self.emit_json(summary)
         else:
-            self.out.write(f"wrote {len(df)} {a.what} rows to {clean(out_path)} ({a.format})\n")
+            self.out.write(f"wrote {rows} {a.what} rows to {clean(out_path)} ({a.format})\n")
         return EXIT_OK
 
     def cmd_prune(self) -> int:
@@ -430,6 +501,16 @@ class Cli:
             f"{verb} {counts['tasks']} finished tasks ended before {_when(cutoff)} ({rest})\n"
         )
         return EXIT_OK
+
+    @staticmethod
+    def _empty_frame(what: str) -> Any:
+        from chongming_nb import frames
+
+        if what == "tasks":
+            return frames.snapshots_frame([])
+        if what == "attempts":
+            return frames.attempts_frame([])
+        return frames.transitions_frame([])
 
     def cmd_verify(self) -> int:
         """Replay each task's transitions and compare them with its snapshot: a gap (a
