@@ -113,6 +113,10 @@ class Reporter:
     def sleep(self, seconds: float, token: CancellationToken) -> float:
         return self.room.sleep(self.task, self.attempt, seconds, token)
 
+    def monotonic(self) -> float:
+        """The controller's clock, which ``ctx.sleep`` measures its time by."""
+        return self.room.book.clock.monotonic()
+
     def finished(self, outcome: Outcome) -> None:
         self.room.on_finished(self.task, self.attempt, outcome)
 

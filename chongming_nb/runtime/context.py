@@ -117,24 +117,26 @@ class TaskContext:
         """Wait ``seconds`` as a task that gives its place away: under a controller's
         thread executor the task releases its concurrency slot while it sleeps (another
         task may run) and no idle timeout counts the sleep. A stop ends the sleep at once
-        (TaskCancelled: the task ends STOPPED); a pause too (the task pauses, and sleeps
-        the time that was left after its resume).
+        (TaskCancelled: the task ends STOPPED); a pause too (the task pauses; after its
+        resume it sleeps until the sleep's original end, not at all if that has passed).
 
         Elsewhere (process, dask) the task sleeps where it is, holding its slot, and
         still answers stop, pause and liveness checks within a second."""
-        left = check_seconds("ctx.sleep seconds", seconds)
-        if left is None:
+        seconds = check_seconds("ctx.sleep seconds", seconds)
+        if seconds is None:
             raise ConfigurationError("ctx.sleep seconds must be a number of seconds, got None")
         token = self.token
         token.checkpoint()
-        sleep = getattr(self._reporter, "sleep", None)
-        while left > 0:
+        reporter = self._reporter
+        sleep = getattr(reporter, "sleep", None)
+        # the controller's clock when there is one (a FakeClock in tests)
+        monotonic = getattr(reporter, "monotonic", time.monotonic)
+        end = monotonic() + seconds
+        while (left := end - monotonic()) > 0:
             if sleep is not None:
-                left = sleep(left, token)  # the controller: slot released, woken by its timer
+                sleep(left, token)  # the controller: slot released, woken by its timer
             else:
-                start = time.monotonic()
                 token.sleep(min(left, _LOCAL_SLEEP_SLICE))
-                left -= time.monotonic() - start
             token.checkpoint()  # a stop raises here; a pause blocks here until resume
 
     def progress(

@@ -188,3 +188,24 @@ def test_bad_sleep_steps_are_refused(kwargs: dict[str, Any], match: str) -> None
     with pytest.raises(ConfigurationError, match=match):
         p.sleep("nap", **kwargs)
     assert len(p) == 0
+
+
+def test_pause_and_resume_of_a_run_reach_a_sleeping_step(tmp_path: Path) -> None:
+    clock = FakeClock()
+    ctl = cn.Controller(clock=clock, artifacts_root=tmp_path)
+    try:
+        p = Pipeline("pausable")
+        nap = p.sleep("nap", seconds=60)
+        p.add(lambda: "after", name="after", deps=[nap])
+        run = p.submit(ctl)
+        h = run.handle("nap")
+        assert poll_until(lambda: "nap" in run._wakes, DEADLINE)  # its wake time is fixed
+        run.pause()
+        assert poll_until(lambda: ctl.get(h.id).status is S.PAUSED, DEADLINE)
+        assert run.status is R.PAUSED
+        run.resume()
+        clock.advance(60)
+        assert run.wait(DEADLINE) is R.SUCCEEDED
+        assert run.result("after") == "after"
+    finally:
+        ctl.close()
