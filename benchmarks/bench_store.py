@@ -107,9 +107,9 @@ def controller_throughput(
     real = persistence.write_batch
     if record is not None:
 
-        def keeping(store: Any, batch: Any) -> int:
+        def keeping(store: Any, batch: Any, **options: Any) -> int:
             record.append(list(batch))
-            return real(store, batch)
+            return real(store, batch, **options)
 
         persistence.write_batch = keeping  # the controller looks it up per batch
     ctl = cn.Controller(store=store)

@@ -201,26 +201,30 @@ class Attempts:
         self.unlocked()
 
     def on_log(self, t: TaskEntry, stream: str, line: str, level: str | None) -> None:
+        with self.book.lock:
+            self.log_line(t, stream, line, level)
+        self.unlocked()
+
+    def log_line(self, t: TaskEntry, stream: str, line: str, level: str | None) -> None:
+        """Under the lock: one line of the task's log (kept, published, stored)."""
         book = self.book
         now = book.clock.now()
         rec = LogRecord(now, stream, line, level)
-        with book.lock:
-            if t.logs is None:
-                t.logs = deque(maxlen=LOG_RING)
-            t.logs.append(rec)
-            book.outbox.append(
-                TaskLogLine(
-                    event_id=book.new_event_id(),
-                    at=now,
-                    task_id=t.snap.task_id,
-                    stream=stream,
-                    line=line,
-                    level=level,
-                )
+        if t.logs is None:
+            t.logs = deque(maxlen=LOG_RING)
+        t.logs.append(rec)
+        book.outbox.append(
+            TaskLogLine(
+                event_id=book.new_event_id(),
+                at=now,
+                task_id=t.snap.task_id,
+                stream=stream,
+                line=line,
+                level=level,
             )
-            if book.store is not None:
-                book.outbox.append(AppendLog(t.snap.task_id, rec))
-        self.unlocked()
+        )
+        if book.store is not None:
+            book.outbox.append(AppendLog(t.snap.task_id, rec))
 
     def on_pause_reached(self, t: TaskEntry, attempt: int) -> bool:
         book = self.book

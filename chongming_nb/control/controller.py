@@ -24,8 +24,11 @@ Invariants (checked by the tests):
 
 from __future__ import annotations
 
+import atexit
 import logging
 import random
+import threading
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -33,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from chongming_nb.control.admission import Admission
 from chongming_nb.control.attempts import Attempts
-from chongming_nb.control.book import TaskBook
+from chongming_nb.control.book import TaskBook, TaskEntry
 from chongming_nb.control.book import transitions as _transitions
 from chongming_nb.control.bus import EventBus, EventFilter, RunObserver
 from chongming_nb.control.dependencies import Dependencies
@@ -41,8 +44,14 @@ from chongming_nb.control.dispatcher import Dispatcher
 from chongming_nb.control.handle import TaskHandle
 from chongming_nb.control.intake import NO_DEPS, Intake
 from chongming_nb.control.launcher import Launcher
+from chongming_nb.control.ownership import (
+    DEFAULT_GRACE_SECONDS,
+    DEFAULT_LEASE_SECONDS,
+    this_process,
+)
 from chongming_nb.control.persistence import StoreLink, verify
 from chongming_nb.control.queries import Queries, status_set
+from chongming_nb.control.recovery import ConvergePlan
 from chongming_nb.control.spec import TaskRegistry, TaskSpec
 from chongming_nb.control.timers import TimerQueue
 from chongming_nb.control.verbs import Verbs
@@ -71,6 +80,20 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("chongming_nb.controller")
 
+#: Controllers with a store that are not closed yet: closed (drained) at exit.
+_DURABLE: weakref.WeakSet[Controller] = weakref.WeakSet()
+
+
+def _drain_at_exit() -> None:
+    for ctl in list(_DURABLE):
+        try:
+            ctl.close(timeout=5.0)
+        except Exception:  # exiting anyway: report, then let the others drain
+            log.exception("closing a controller at exit failed")
+
+
+atexit.register(_drain_at_exit)
+
 
 class Controller:
     """Runs tasks in the background of the kernel and lets you control them.
@@ -97,6 +120,7 @@ class Controller:
         rng: random.Random | None = None,
         retention: RetentionPolicy | None = None,
         max_parallel: int | None = None,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
     ) -> None:
         if max_parallel is not None:
             if concurrency is not None:
@@ -115,21 +139,28 @@ class Controller:
         check_seconds("pause_grace", pause_grace)
         if stop_grace is None or pause_grace is None:
             raise ConfigurationError("stop_grace and pause_grace are numbers of seconds, not None")
+        if lease_seconds is None:
+            raise ConfigurationError("lease_seconds is a number of seconds, not None")
+        check_seconds("lease_seconds", lease_seconds, positive=True)
         self._clock: Clock = clock or SYSTEM_CLOCK
-        self.owner = owner
-        self.persist_failures = 0
         if isinstance(store, str | Path):
             from chongming_nb.stores import open_store
 
             store = open_store(str(store))
+        if store is not None and owner is None:
+            owner = str(this_process())  # every controller with a store has an owner
+        self.owner = owner
+        self.lease_seconds = float(lease_seconds)
+        self.persist_failures = 0
         self._store: TaskStore | None = store
         self._bus = bus = EventBus()
-        self._book = book = TaskBook(self._clock, bus, store)
         self._link: StoreLink | None = None
+        self._book = book = TaskBook(self._clock, bus, store)
         if store is not None:
-            self._link = StoreLink(self, book, store)
+            self._link = StoreLink(self, book, store, lease_seconds=lease_seconds)
             bus.persist_with(self._link.persist)
             self._link.beat_owner()
+            _DURABLE.add(self)  # drained at interpreter exit
         self._timers = timers = TimerQueue(book, float(stop_grace), float(pause_grace))
         self._admission = admission = Admission(book, concurrency or ConcurrencyPolicy(), buckets)
         self._deps = deps = Dependencies(book, admission, timers)
@@ -561,9 +592,15 @@ class Controller:
         return self._bus.hook_failures
 
     def flush(self, timeout: float = 10.0) -> bool:
-        """Wait until every event so far is recorded (and persisted) and published."""
+        """Wait until every event so far is recorded (and persisted) and published.
+        With a store, memory and store agree afterwards: a task the store settled
+        without this controller (its lease was lost) has been adopted."""
         self._book.flush_outbox()
-        return self._bus.flush(timeout)
+        done = self._bus.flush(timeout)
+        if self._link is not None:
+            self._link.converge_refused()
+            self._link.mark_rows()
+        return done
 
     # ------------------------------------------------------------------ store
 
@@ -600,13 +637,81 @@ class Controller:
             self._store.purge(older_than=cutoff, status=statuses, keep=keep, dry_run=dry_run)
         )
 
-    def reconcile(self, on_orphan: str = "fail") -> dict[str, list[str]]:
-        """Settle tasks in the store whose owner is gone or whose lease expired:
-        ``fail`` (default) -> LOST; ``requeue`` -> run again here when registered by
-        name with a recorded call; ``manual`` -> only report them."""
+    def _poke(self) -> None:
+        self._dispatcher.poke()
+
+    def _note(self, task_id: str, message: str) -> None:
+        """Under the lock: a warning line in a task's log (shown in its row)."""
+        t = self._book.tasks.get(task_id)
+        if t is not None:
+            self._attempts.log_line(t, "chongming", message, "WARNING")
+
+    def _adopt(self, t: TaskEntry, plan: ConvergePlan) -> None:
+        """Under the lock: the store settled this task without us (a reconciler found
+        our lease lost): take its snapshot and history, ask the execution to stop and
+        abandon it — memory and store agree again."""
+        book = self._book
+        reason = plan.snapshot.failure.message if plan.snapshot.failure else "settled"
+        h = t.handle
+        if t.exec_attempt:  # an execution is live (or being launched): abandon it
+            if h is not None:
+                try:
+                    h.request_stop(reason)
+                except Exception:
+                    log.exception("asking the execution of %s to stop failed", t.snap.task_id)
+                t.abandoned = h
+            self._attempts.end_execution(t)
+            book.end_attempt(t, plan.snapshot.status, plan.snapshot.failure, abandoned=True)
+        t.history = [row for row in t.history if row[6] <= plan.common_version]
+        for tr in plan.transitions:
+            t.history.append(
+                (tr.from_status.value, tr.to_status.value, tr.trigger, tr.actor, tr.reason,
+                 tr.at, tr.version, tr.override)
+            )  # fmt: skip
+        t.snap = plan.snapshot
+        book.warn(t, f"the store settled this task without its owner: {reason}")
+        if book.awaited and t in book.awaited:
+            book.terminal.notify_all()
+        self._deps.after_status(t)
+
+    def health(self) -> dict[str, Any]:
+        """Is task state reaching the store? ``saved`` False (and ``not_saved`` giving
+        the reason) while the store refuses writes; ``held_writes`` are kept in memory
+        and written when it takes writes again (``dropped_writes`` beyond the bound).
+        Also the owner id, its lease, and the counters of failed writes, subscribers
+        and hooks."""
+        out: dict[str, Any] = {
+            "store": None if self._store is None else getattr(self._store, "url", None),
+            "owner": self.owner,
+            "lease_seconds": self.lease_seconds if self._store is not None else None,
+            "saved": True,
+            "not_saved": None,
+            "failing_since": None,
+            "held_writes": 0,
+            "dropped_writes": 0,
+            "outages": 0,
+            "first_failure": None,
+        }
+        if self._link is not None:
+            out.update(self._link.health.report())
+        out["persist_failures"] = self.persist_failures
+        out["subscriber_failures"] = self.subscriber_failures
+        out["hook_failures"] = self.hook_failures
+        return out
+
+    def reconcile(
+        self, on_orphan: str = "fail", *, grace: float = DEFAULT_GRACE_SECONDS
+    ) -> dict[str, list[str]]:
+        """Settle tasks in the store whose owner is provably gone (docs/store-guide.md,
+        "Owners, leases and fencing"): same host, its process is dead or its pid
+        reused; another host, its lease ended more than ``grace`` seconds ago.
+        ``fail`` (default) -> LOST (CANCELLED if it never started); ``requeue`` -> also
+        run again here when registered by name with a recorded call; ``manual`` ->
+        only report them. Returns ids under ``lost``, ``requeued``, ``manual`` and
+        ``unowned`` (no owner and no lease recorded: left alone)."""
         if self._link is None:
             raise ConfigurationError("reconcile() needs a controller with a store")
-        return self._link.reconcile(on_orphan)
+        return self._link.reconcile(on_orphan, grace=grace)
 
     def verify(self, task_id: Any) -> tuple[bool, str]:
         """Replay the task's transitions (from the store when there is one) and check
@@ -625,11 +730,21 @@ class Controller:
     # --------------------------------------------------------------- lifecycle
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop the background threads (running tasks are not stopped)."""
+        """Stop the background threads (running tasks are not stopped).
+
+        Drains first: the dispatcher finishes what it is doing (a store command it
+        applied is completed in the store) and is joined, then everything recorded so
+        far is written. A controller with a store is also closed this way when the
+        interpreter exits, so a script that ends right after its last task loses
+        nothing."""
         book = self._book
+        _DURABLE.discard(self)
         with book.wake:
             book.closed = True
             book.wake.notify_all()
+        thread = self._dispatcher.thread
+        if thread is not threading.current_thread() and thread.is_alive():
+            thread.join(timeout)
         book.flush_outbox()
         self._bus.flush(timeout)
         self._bus.close()

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import warnings
 from typing import Any
 
 from chongming_nb.control.controller import Controller
+from chongming_nb.control.ownership import this_process
 
 _lock = threading.Lock()
 _controller: Controller | None = None
@@ -28,8 +28,9 @@ def kernel_id() -> str | None:
 
 
 def owner_id() -> str:
-    """``host:pid:kernel id`` — what the sidebar maps back to a notebook."""
-    return f"{socket.gethostname()}:{os.getpid()}:{kernel_id() or '-'}"
+    """A new owner id for this process: ``host:pid:kernel id:START-NONCE``
+    (``control/ownership.py``); the sidebar maps the kernel id back to a notebook."""
+    return str(this_process(kernel_id()))
 
 
 def get_controller(store: Any = None, **kwargs: Any) -> Controller:

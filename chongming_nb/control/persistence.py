@@ -11,11 +11,15 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
+import warnings
+from collections import deque
 from collections.abc import Sequence
-from dataclasses import asdict, is_dataclass
+from dataclasses import asdict, dataclass, is_dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from chongming_nb.control.book import transitions
 from chongming_nb.control.messages import (
     STORE_WRITES,
     AppendLog,
@@ -29,7 +33,9 @@ from chongming_nb.control.messages import (
     TouchLease,
     TouchProgress,
 )
-from chongming_nb.core.errors import ConfigurationError
+from chongming_nb.control.ownership import DEFAULT_GRACE_SECONDS, DEFAULT_LEASE_SECONDS, OwnerId
+from chongming_nb.control.recovery import converge_plan, reconcile_store
+from chongming_nb.core.errors import ConcurrencyConflict, StoreError
 from chongming_nb.core.events import (
     AdminOverride,
     AttemptFailed,
@@ -45,8 +51,8 @@ from chongming_nb.core.models import (
     TaskSnapshot,
     Transition,
 )
-from chongming_nb.core.state_machine import StateMachine, replay
-from chongming_nb.core.states import NON_TERMINAL, TaskStatus
+from chongming_nb.core.state_machine import replay
+from chongming_nb.core.states import NON_TERMINAL
 from chongming_nb.stores.protocol import EventRecord, OwnerRecord, TaskQuery, Touch
 
 if TYPE_CHECKING:
@@ -67,12 +73,8 @@ DURABLE_EVENTS: tuple[type[Event], ...] = (
     PipelineRunStatusChanged,
 )
 
-#: How long a lease lasts, and how often the owner renews it.
-LEASE_SECONDS = 60.0
-RENEW_EVERY = 10.0
+#: How often an owner records its heartbeat in the owners table.
 OWNER_BEAT_EVERY = 2.0
-#: An owner whose heartbeat is older than this is considered gone.
-OWNER_GONE_AFTER = 30.0
 COMMAND_LEASE_SECONDS = 10.0
 
 
@@ -105,8 +107,30 @@ def event_record(ev: Event) -> EventRecord:
 _DURABLE: dict[type, bool] = {}
 
 
-def write_batch(store: Any, batch: Sequence[Outgoing]) -> int:
+class StoreOutage(Exception):
+    """The store refused a whole group commit for a reason that is not about the data
+    (read-only, unreachable, disk full): the batch is kept and written again later."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+def write_batch(
+    store: Any,
+    batch: Sequence[Outgoing],
+    *,
+    conflicts: set[str] | None = None,
+    raise_outage: bool = False,
+) -> int:
     """Write one recorder batch; returns how many writes failed (0 when all landed).
+
+    ``conflicts`` collects the ids of tasks whose snapshot write was refused because
+    the store holds another version (a reconciler settled the task: fencing); nothing
+    more of those tasks is written from the batch (their transitions, attempts and
+    events would contradict the store's history). With ``raise_outage`` a group commit
+    refused by a ``StoreError`` that is not a conflict raises ``StoreOutage`` (the
+    caller keeps the batch), instead of being retried write by write.
 
     A store with ``record_batch`` (the SQL backends) gets the whole batch as one
     transaction; any other gets ``clear_attempts``, ``save_many``, ``append_logs`` and
@@ -175,19 +199,40 @@ def write_batch(store: Any, batch: Sequence[Outgoing]) -> int:
                 touches=touches,
             )
             return 0
-        except Exception:
-            log.exception("group commit of %d items failed; writing one by one", len(batch))
+        except Exception as exc:
+            if raise_outage and isinstance(exc, StoreError) and not _is_conflict(exc):
+                raise StoreOutage(exc) from exc
+            if not _is_conflict(exc):
+                log.exception("group commit of %d items failed; writing one by one", len(batch))
             failures = _side_writes(store, clears, {}, [])
-            failures += _one_by_one(store, items, transitions, list(attempts.values()), events)
+            failures += _one_by_one(
+                store, items, transitions, list(attempts.values()), events, conflicts
+            )
             return failures + _side_writes(store, [], logs, touches)
     failures = _side_writes(store, clears, {}, [])
     if items or transitions or attempts or events:
         try:
             store.save_many(items, transitions, attempts=list(attempts.values()), events=events)
-        except Exception:
-            log.exception("group commit of %d snapshots failed; writing one by one", len(items))
-            failures += _one_by_one(store, items, transitions, list(attempts.values()), events)
+        except Exception as exc:
+            if not _is_conflict(exc):
+                log.exception("group commit of %d snapshots failed; writing one by one", len(items))
+            failures += _one_by_one(
+                store, items, transitions, list(attempts.values()), events, conflicts
+            )
     return failures + _side_writes(store, [], logs, touches)
+
+
+def _task_of(item: Any) -> str | None:
+    """The task an outgoing item is about (None for run-level items)."""
+    for holder in (item, getattr(item, "snap", None), getattr(item, "record", None)):
+        tid = getattr(holder, "task_id", None)
+        if isinstance(tid, str):
+            return tid
+    return None
+
+
+def _is_conflict(exc: BaseException) -> bool:
+    return isinstance(exc, ConcurrencyConflict)
 
 
 def _side_writes(
@@ -218,86 +263,215 @@ def _one_by_one(
     transitions: list[Transition],
     attempts: list[AttemptRecord],
     events: list[EventRecord],
+    conflicts: set[str] | None = None,
 ) -> int:
+    """After a failed group commit: each task's snapshots and transitions as one
+    transaction of their own (so a snapshot still never lands without the transitions
+    that lead to it), then attempts and events. A task the store refuses (it holds
+    another version: fencing) gets nothing more written from this batch."""
     failures = 0
-    for snap, expect in items:
+    fenced: set[str] = set()
+    per_task: dict[str, tuple[list[tuple[TaskSnapshot, int | None]], list[Transition]]] = {}
+    for item in items:
+        per_task.setdefault(item[0].task_id, ([], []))[0].append(item)
+    loose: list[Transition] = []
+    for tr in transitions:
+        part = per_task.get(tr.task_id)
+        if part is None:
+            loose.append(tr)
+        else:
+            part[1].append(tr)
+    for tid, (task_items, task_transitions) in per_task.items():
         try:
-            if expect is None:
-                store.create(snap)
-            else:
-                store.save(snap, expect_version=expect)
+            store.save_many(task_items, task_transitions)
+        except ConcurrencyConflict:
+            fenced.add(tid)  # refused: the store holds another version (reconciled)
         except Exception:
             failures += 1
-    for tr in transitions:
+    if conflicts is not None:
+        conflicts |= fenced
+    for tr in loose:
         try:
             store.append(tr)
         except Exception:
             failures += 1
     for rec in attempts:
+        if rec.task_id in fenced:
+            continue
         try:
             store.save_attempt(rec)
         except Exception:
             failures += 1
-    if events:
+    kept = [e for e in events if e.task_id not in fenced] if fenced else events
+    if kept:
         try:
-            store.append_events(events)
+            store.append_events(kept)
         except Exception:
             failures += 1
     return failures
 
 
-def parse_owner(owner: str | None) -> tuple[str | None, int | None, str | None]:
-    """``host:pid:kernel`` -> (host, pid, kernel id or None)."""
-    if not owner:
-        return None, None, None
-    parts = owner.split(":")
-    if len(parts) < 2:
-        return owner, None, None
-    host, pid_s = parts[0], parts[1]
-    kernel = ":".join(parts[2:]) or None
-    try:
-        pid = int(pid_s)
-    except ValueError:
-        pid = None
-    return host, pid, (None if kernel in (None, "-") else kernel)
+@dataclass(frozen=True, slots=True)
+class Unfence:
+    """Outbox marker: memory adopted the store's state of ``task_id``; its writes
+    queued after this marker are new and go to the store again."""
+
+    task_id: str
 
 
-def owner_alive(owner: str | None, owners: dict[str, OwnerRecord], now: datetime) -> bool:
-    """Is the process that owns a task still there? Same host: ask the OS. Other host:
-    trust its heartbeat in the owners table."""
-    host, pid, _ = parse_owner(owner)
-    if host is None or pid is None:
-        return False
-    if host == socket.gethostname():
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    rec = owners.get(owner or "")
-    return rec is not None and (now - rec.heartbeat_at).total_seconds() < OWNER_GONE_AFTER
+class StoreHealth:
+    """Whether the controller's writes reach its store (recorder thread writes, any
+    thread reads). While the store refuses writes (read-only, unreachable, full), the
+    batches are kept in memory — at most ``limit`` writes, the oldest dropped beyond
+    that — and written, in order, with the next batch once the store takes them."""
+
+    def __init__(self, limit: int = 100_000) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self.held: deque[Outgoing] = deque()
+        self.failing_since: datetime | None = None
+        self.reason: str | None = None
+        self.first_failure: tuple[datetime, str] | None = None
+        self.dropped = 0
+        self.outages = 0
+        # tasks whose rows say "not saved" in this outage; to mark / to unmark
+        self._marked: set[str] = set()
+        self._to_mark: list[str] = []
+        self._to_unmark: list[str] = []
+
+    def take(self) -> list[Outgoing]:
+        with self._lock:
+            items = list(self.held)
+            self.held.clear()
+            return items
+
+    def hold(self, batch: list[Outgoing], reason: str, now: datetime) -> bool:
+        """Keep a refused batch; True the first time the store fails (warn then)."""
+        ids = {tid for tid in map(_task_of, batch) if tid is not None}
+        with self._lock:
+            new = ids - self._marked
+            self._marked |= new
+            self._to_mark.extend(sorted(new))
+            self.held.extend(batch)
+            over = len(self.held) - self.limit
+            for _ in range(max(0, over)):
+                self.held.popleft()
+            self.dropped += max(0, over)
+            self.reason = reason
+            if self.failing_since is None:
+                self.failing_since = now
+                self.outages += 1
+            first = self.first_failure is None
+            if first:
+                self.first_failure = (now, reason)
+            return first
+
+    def recovered(self) -> None:
+        with self._lock:
+            self.failing_since = None
+            self.reason = None
+            self._to_unmark.extend(sorted(self._marked))
+            self._marked.clear()
+
+    def take_marks(self) -> tuple[list[str], list[str], str | None]:
+        """(tasks to mark "not saved", tasks saved again, the reason)."""
+        with self._lock:
+            mark, self._to_mark = self._to_mark, []
+            unmark, self._to_unmark = self._to_unmark, []
+            return mark, unmark, self.reason
+
+    def report(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "saved": self.failing_since is None,
+                "not_saved": None if self.reason is None else f"not saved: {self.reason}",
+                "failing_since": self.failing_since,
+                "held_writes": len(self.held),
+                "dropped_writes": self.dropped,
+                "outages": self.outages,
+                "first_failure": self.first_failure,
+            }
 
 
 class StoreLink:
-    """Everything the controller does with its store besides recording batches."""
+    """Everything the controller does with its store besides recording batches: the
+    command poller, the owner's heartbeat and leases, reconciliation, fencing."""
 
-    def __init__(self, ctl: Controller, book: TaskBook, store: TaskStore) -> None:
+    def __init__(
+        self,
+        ctl: Controller,
+        book: TaskBook,
+        store: TaskStore,
+        *,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    ) -> None:
         self.ctl = ctl
         self.book = book
         self.store = store
+        self.lease_seconds = float(lease_seconds)
+        #: leases are renewed six times per lease (a missed renewal or two is harmless)
+        self.renew_every = self.lease_seconds / 6
+        self.health = StoreHealth()
         self._next_owner_beat = 0.0
         self._next_renew = 0.0
         self._started_at = book.clock.now()
+        # task ids whose writes the store refused (recorder thread adds, dispatcher takes)
+        self._fenced: deque[str] = deque()
+        # ... and, until they are converged, nothing more of theirs is written
+        self._refused: set[str] = set()
+        self._converging = threading.Lock()
 
+    # ------------------------------------------------------------ recording
     def persist(self, batch: list[Outgoing]) -> None:
-        """Recorder thread: write a batch to the store, in order, grouped."""
+        """Recorder thread: write a batch (after any held ones), in order, grouped."""
+        ctl = self.ctl
+        health = self.health
+        if health.held:
+            batch = [*health.take(), *batch]
+        conflicts: set[str] = set()
+        refused = self._refused  # the recorder's own (no other thread touches it)
+        if refused:
+            # in order: a refused task's writes are dropped up to its Unfence marker
+            # (queued when memory adopted the store's state); the ones after it are new.
+            # (A stale write could otherwise expect, by coincidence, exactly the
+            # version the reconciler wrote, and pass.)
+            kept: list[Outgoing] = []
+            for item in batch:
+                if item.__class__ is Unfence:
+                    refused.discard(item.task_id)
+                elif not refused or _task_of(item) not in refused:
+                    kept.append(item)
+            batch = kept
         try:
-            self.ctl.persist_failures += write_batch(self.store, batch)
+            ctl.persist_failures += write_batch(
+                self.store, batch, conflicts=conflicts, raise_outage=True
+            )
+        except StoreOutage as exc:
+            ctl.persist_failures += 1
+            now = self.book.clock.now()
+            if health.hold(batch, str(exc.cause), now):
+                log.warning("the store refuses writes; kept in memory: %s", exc.cause)
+                warnings.warn(
+                    f"chongming: task state is not being saved to {self.store.url}: "
+                    f"{exc.cause}. It is kept in memory (up to {health.limit} writes) and "
+                    "written when the store takes writes again; ctl.health() tells.",
+                    PersistenceWarning,
+                    stacklevel=2,
+                )
+            self.ctl._poke()
+            return
         except Exception:
-            self.ctl.persist_failures += 1
+            ctl.persist_failures += 1
             log.exception("store write failed; the task goes on")
+            return
+        if health.failing_since is not None:
+            log.warning("the store takes writes again; %d held writes written", len(batch))
+            health.recovered()
+            self.ctl._poke()
+        if conflicts:
+            refused |= conflicts
+            self._fenced.extend(conflicts)
+            self.ctl._poke()
 
     def safe_tick(self, mono: float) -> None:
         """Dispatcher thread: ``tick``, a failure counted and logged."""
@@ -309,27 +483,56 @@ class StoreLink:
 
     # ------------------------------------------------------------ periodic
     def tick(self, mono: float) -> None:
-        """Dispatcher thread, every tick: claim and apply commands; beat and renew."""
+        """Dispatcher thread, every tick: claim and apply commands; beat and renew;
+        converge tasks the store settled without us."""
         self.poll_commands()
         if mono >= self._next_owner_beat:
             self._next_owner_beat = mono + OWNER_BEAT_EVERY
             self.beat_owner()
         if mono >= self._next_renew:
-            self._next_renew = mono + RENEW_EVERY
+            self._next_renew = mono + self.renew_every
             self.renew_leases()
+        self.converge_refused()
+        if self.health._to_mark or self.health._to_unmark:
+            self.mark_rows()
+
+    def mark_rows(self) -> None:
+        """A line in each affected task's log (the row shows it): "not saved: <reason>"
+        while the store refuses its writes, "saved again" once they are written."""
+        mark, unmark, reason = self.health.take_marks()
+        if not (mark or unmark):
+            return
+        note = self.ctl._note
+        with self.book.lock:
+            for tid in mark:
+                note(tid, f"not saved: {reason}")
+            for tid in unmark:
+                note(tid, "saved again: the writes held in memory reached the store")
+        self.book.flush_outbox()
+
+    def converge_refused(self) -> None:
+        """Converge the tasks whose writes the store refused so far (any thread that
+        does not hold the book's lock: the dispatcher's tick, ``flush``)."""
+        # one at a time: a flush() returns only after a convergence the dispatcher began
+        with self._converging:
+            ids: set[str] = set()
+            while self._fenced:
+                ids.add(self._fenced.popleft())
+            if ids:
+                self.converge(ids, refused=True)
 
     def beat_owner(self) -> None:
         ctl = self.ctl
         if not ctl.owner:
             return
-        host, pid, kernel = parse_owner(ctl.owner)
+        oid = OwnerId.parse(ctl.owner)
         try:
             self.store.upsert_owner(
                 OwnerRecord(
                     owner_id=ctl.owner,
-                    host=host or socket.gethostname(),
-                    pid=pid if pid is not None else os.getpid(),
-                    kernel_id=kernel,
+                    host=oid.host if oid is not None else socket.gethostname(),
+                    pid=oid.pid if oid is not None and oid.pid is not None else os.getpid(),
+                    kernel_id=oid.kernel if oid is not None else None,
                     started_at=self._started_at,
                     heartbeat_at=self.book.clock.now(),
                 )
@@ -339,10 +542,12 @@ class StoreLink:
             log.exception("owner heartbeat failed")
 
     def renew_leases(self) -> None:
+        """Renew the lease of every unfinished task, then look for ones the store
+        settled meanwhile (a reconciler took them while we were frozen)."""
         ctl = self.ctl
         if not ctl.owner:
             return
-        until = self.book.clock.now() + timedelta(seconds=LEASE_SECONDS)
+        until = self.book.clock.now() + timedelta(seconds=self.lease_seconds)
         book = self.book
         with book.lock:
             ids = [tid for tid, t in book.tasks.items() if t.snap.status in NON_TERMINAL]
@@ -351,6 +556,62 @@ class StoreLink:
                 t.snap = t.snap.evolve(lease_owner=ctl.owner, lease_until=until)
                 book.outbox.append(TouchLease(tid, ctl.owner, until))
         book.flush_outbox()
+        if not ids:
+            return
+        try:
+            open_there = {
+                s.task_id
+                for s in self.store.query(
+                    TaskQuery(owner=ctl.owner, status=frozenset(NON_TERMINAL))
+                )
+            }
+        except Exception:
+            log.exception("reading this owner's tasks back failed")
+            return
+        self.converge({tid for tid in ids if tid not in open_there}, refused=False)
+
+    def converge(self, ids: set[str], *, refused: bool) -> None:
+        """Adopt the store's settled state for tasks it settled without us (fencing):
+        their execution is asked to stop and abandoned, memory takes the store's
+        snapshot and history. ``refused``: the store refused our writes of these."""
+        book = self.book
+        for tid in sorted(ids):
+            with book.lock:
+                t = book.tasks.get(tid)
+                if t is None:
+                    continue
+                mine = transitions(tid, list(t.history))
+            try:
+                plan = converge_plan(self.store, tid, mine)
+            except Exception:
+                log.exception("reading task %s back failed", tid)
+                continue
+            if plan is None:
+                if refused:
+                    self.ctl.persist_failures += 1
+                    log.error(
+                        "the store refused a write of task %s and holds no settled state "
+                        "for it (store: %s; memory: v%d)",
+                        tid, self._describe(tid), len(mine),
+                    )  # fmt: skip
+                continue
+            with book.lock:
+                if plan.transitions:
+                    self.ctl._adopt(t, plan)
+                # adopted (or in agreement): what this task writes after it is new
+                book.outbox.append(Unfence(tid))  # type: ignore[arg-type]
+            book.flush_outbox()
+
+    def _describe(self, tid: str) -> str:
+        try:
+            snap = self.store.get(tid)
+            hist = self.store.history(tid)
+        except Exception as exc:
+            return f"unreadable: {exc}"
+        if snap is None:
+            return "no such task"
+        versions = [t.version for t in hist]
+        return f"{snap.status.value} v{snap.status_version}, transitions {versions}"
 
     def poll_commands(self) -> int:
         """Claim the commands addressed to this controller's tasks and apply them as if
@@ -401,100 +662,41 @@ class StoreLink:
         return len(claimed)
 
     # ------------------------------------------------------------ recovery
-    def reconcile(self, on_orphan: str = "fail") -> dict[str, list[str]]:
-        """Find tasks in the store whose owner is gone or whose lease expired and settle
-        them: ``fail`` -> LOST (Failure.kind lost), ``requeue`` -> run again in this
-        controller when the task is registered here by name and its call was
-        recorded, else LOST, ``manual`` -> leave them and report."""
-        if on_orphan not in ("fail", "requeue", "manual"):
-            raise ConfigurationError(
-                f"on_orphan must be fail, requeue or manual, got {on_orphan!r}"
-            )
-        ctl = self.ctl
-        now = self.book.clock.now()
-        owners = {o.owner_id: o for o in self.store.owners()}
-        # "scheduled": also in lost/manual, the ones that waited for a delayed start
-        out: dict[str, list[str]] = {"lost": [], "requeued": [], "manual": [], "scheduled": []}
-        sm = StateMachine(self.book.clock)
-        for snap in self.store.query(TaskQuery(status=frozenset(NON_TERMINAL))):
-            if snap.task_id in self.book.tasks or snap.lease_owner == ctl.owner:
-                continue
-            expired = snap.lease_until is not None and snap.lease_until < now
-            if owner_alive(snap.lease_owner, owners, now) and not expired:
-                continue
-            scheduled = snap.retry_at is not None and snap.status in (
-                TaskStatus.PENDING,
-                TaskStatus.BLOCKED,
-            )
-            if scheduled:
-                out["scheduled"].append(snap.task_id)
-            if on_orphan == "manual":
-                out["manual"].append(snap.task_id)
-                continue
-            if on_orphan == "requeue" and self._requeue(snap):
-                out["requeued"].append(snap.task_id)
-                continue
-            why = f"owner {snap.lease_owner or '?'} is gone" + (
-                " (lease expired)" if expired else ""
-            )
-            if scheduled:  # never started silently by someone else: said, and left to you
-                why += f"; was scheduled for {snap.retry_at:%Y-%m-%d %H:%M:%S %Z} — resubmit?"
-            cur = snap
-            trs: list[tuple[TaskSnapshot, int]] = []
-            transitions: list[Transition] = []
-            try:
-                if cur.status in (
-                    TaskStatus.STARTING,
-                    TaskStatus.RUNNING,
-                    TaskStatus.PAUSING,
-                    TaskStatus.STOPPING,
-                ):
-                    new, tr = sm.mark_lost(cur, reason=why, actor="reconcile")
-                elif cur.status is TaskStatus.PAUSED and cur.started_at is not None:
-                    new, tr = sm.force_transition(
-                        cur, TaskStatus.LOST, actor="reconcile", reason=why
-                    )
-                else:
-                    new, tr = sm.cancel(cur, reason=why, actor="reconcile")
-                trs.append((new, cur.status_version))
-                transitions.append(tr)
-                self.store.save_many(trs, transitions)
-                out["lost"].append(snap.task_id)
-            except Exception:
-                ctl.persist_failures += 1
-                log.exception("reconciling task %s failed", snap.task_id)
-        return out
+    def reconcile(
+        self, on_orphan: str = "fail", *, grace: float = DEFAULT_GRACE_SECONDS
+    ) -> dict[str, list[str]]:
+        """Settle the store's tasks whose owner is provably gone (``ownership.judge``):
+        ``fail`` -> LOST / CANCELLED, ``requeue`` -> also run again here when the task
+        is registered by name and its call was recorded, ``manual`` -> only report."""
+        with self.book.lock:
+            local = set(self.book.tasks)
+        return reconcile_store(
+            self.store,
+            self.book.clock,
+            me=self.ctl.owner,
+            local_ids=local,
+            on_orphan=on_orphan,
+            lease_seconds=self.lease_seconds,
+            grace=grace,
+            requeue=self._requeue,
+        )
 
-    def _requeue(self, snap: TaskSnapshot) -> bool:
+    def _requeue(self, snap: TaskSnapshot) -> str | None:
+        """Run a settled orphan again here; its new id, or None when it cannot be."""
         ctl = self.ctl
         if snap.name not in ctl.registry:
-            return False
+            return None
         calls = self.store.events(snap.task_id, types=frozenset({"TaskCall"}))
         if not calls:
-            return False
+            return None
         payload = calls[-1].payload
         fn = ctl.registry.get(snap.name)
         h = ctl.submit(fn, *payload.get("args", []), name=snap.name, **payload.get("kwargs", {}))
-        log.info("requeued orphan %s as %s", snap.task_id, h.id)
-        sm = StateMachine(self.book.clock)
-        try:
-            if snap.status in (
-                TaskStatus.STARTING,
-                TaskStatus.RUNNING,
-                TaskStatus.PAUSING,
-                TaskStatus.STOPPING,
-            ):
-                new, tr = sm.mark_lost(
-                    snap, reason=f"owner gone; requeued as {h.id}", actor="reconcile"
-                )
-            else:
-                new, tr = sm.cancel(
-                    snap, reason=f"owner gone; requeued as {h.id}", actor="reconcile"
-                )
-            self.store.save_many([(new, snap.status_version)], [tr])
-        except Exception:
-            ctl.persist_failures += 1
-        return True
+        return h.id
+
+
+class PersistenceWarning(UserWarning):
+    """The controller's store refuses writes (task state is kept in memory meanwhile)."""
 
 
 def verify(history: Sequence[Transition], snap: TaskSnapshot) -> tuple[bool, str]:
