@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             nb.page.wait_for_timeout(1500)
             _shot_output(nb, board, args.out / "board.png")
             page.evaluate("() => window.jupyterapp.commands.execute('chongming:open-tasks')")
-            page.wait_for_selector(".cn-sidebar, #chongming-tasks", timeout=60_000)
+            page.wait_for_selector("#chongming-tasks-panel", timeout=60_000)
             page.wait_for_timeout(2500)  # the sidebar's first listing
             page.screenshot(path=str(args.out / "sidebar.png"))
             print(f"wrote {args.out / 'sidebar.png'}")

@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from chongming_nb.core.errors import ConfigurationError
-from chongming_nb.core.states import STATUS_TONES
+from chongming_nb.core.states import STATUS_TONES, TERMINAL
+
+_TERMINAL = frozenset(s.value for s in TERMINAL)
 
 #: The marks drawn on a lane, and which statuses open them (the interval lasts until the
 #: task leaves those statuses).
@@ -234,7 +236,17 @@ def build(
         return Timeline(None, 0.0, (), (), (), (), title)
     t0 = min(times)
     end_of_data = max(times)
-    now = end_of_data if now is None else max(now, end_of_data)
+    # ``now`` matters only while something is still going on (an attempt running, a task
+    # waiting or paused): a finished history ends where its last record does
+    last_status: dict[str, tuple[int, str]] = {}
+    for t in steps:
+        key, version = str(t["task_id"]), int(t["version"])
+        if key not in last_status or version > last_status[key][0]:
+            last_status[key] = (version, _text(t.get("to_status")))
+    live = any(r.get("started_at") is not None and r.get("ended_at") is None for r in rows) or any(
+        status not in _TERMINAL for _, status in last_status.values()
+    )
+    now = max(now, end_of_data) if (now is not None and live) else end_of_data
 
     def sec(t: datetime) -> float:
         return (t - t0).total_seconds()

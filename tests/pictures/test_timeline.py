@@ -263,3 +263,8 @@ def test_the_controllers_timeline_draws_a_running_attempt_to_now() -> None:
     finally:
         gate.set()
         ctl.close()
+
+
+def test_a_finished_history_ends_at_its_last_record_whatever_now_is(frames) -> None:
+    tl = build(*frames, now=at(100))
+    assert tl.span == 7.0  # not stretched to now: nothing is going on any more
