@@ -233,25 +233,28 @@ def _hook_cell_end(shell: Any) -> bool:
 
 
 def _row_bundle(ctl: Any, table: Any, task_id: str) -> dict[str, Any]:
-    """The loop's row as a display bundle: the live widget view (when there is one) and
-    a text/html and text/plain snapshot of the task as it is now."""
-    from chongming_nb.notebook.display import WIDGET_MIME, snapshot_bundle
+    """The loop's output as it is now: the live widget view and the static snapshot
+    (text/plain, text/html, the rows as data) built from the task's current snapshot."""
+    from chongming_nb.notebook.display import WIDGET_MIME
     from chongming_nb.notebook.rows import build_row
 
-    data = snapshot_bundle(ctl, [build_row(ctl.get(task_id), ctl.can_all(task_id))], title=None)
-    if table is not None and table.comm is not None:
+    data: dict[str, Any] = table.snapshot_data([build_row(ctl.get(task_id), ctl.can_all(task_id))])
+    if table.comm is not None:
         data[WIDGET_MIME] = {"version_major": 2, "version_minor": 1, "model_id": table.model_id}
     return data
 
 
 def _display_row(ctl: Any, task_id: str) -> tuple[Any, Any]:
-    """Display the loop's row with a display id (updated when the loop ends)."""
+    """Display the loop's row with a display id; its table keeps that output updated as
+    the task changes status (so a saved notebook holds the final state)."""
     from IPython.display import display
 
     from chongming_nb.notebook.display import make_table
 
     table = make_table(ctl, task_ids=[task_id], kind="task")
-    return table, display(_row_bundle(ctl, table, task_id), raw=True, display_id=True)
+    dh = display(table.bundle(), raw=True, display_id=True)
+    table.keep_display_updated(dh.display_id)
+    return table, dh
 
 
 # ----------------------------------------------------------------------- the bar
@@ -643,15 +646,14 @@ class tqdm(Generic[T]):
         """The cell's output takes the loop's final state (so a saved notebook and its
         html export show how it ended), or goes away with ``leave=False``."""
         dh, self._dh = self._dh, None
-        if dh is None or self._rec is None:
+        if dh is None or self._rec is None or self._table is None:
             return
         with contextlib.suppress(Exception):
-            if self._keep():
+            if self._keep():  # now, not at the table's next flush
                 dh.update(_row_bundle(self._rec.ctl, self._table, self._rec.task_id), raw=True)
             else:
+                self._table.close()  # first: it would put the row back at its next flush
                 dh.update({"text/plain": ""}, raw=True)
-                if self._table is not None:
-                    self._table.close()
 
     def _end_stopped(self, reason: str) -> None:
         if self._ended:

@@ -57,13 +57,16 @@ def badge(nb: Any, cell: int, status: str, name: str = "convert", timeout: float
 
 
 def row_text(row: Any) -> str:
-    """The row's text but its elapsed-time cell (the row renderer of this version ticks
-    it for a paused task too; the shared renderer in progress freezes it)."""
+    """The row's text but the note of the last click (``Pause: ok`` fades by design) and
+    the elapsed-time cell (this version's row renderer ticks it for a paused task too;
+    the shared renderer in progress freezes it)."""
     return str(
         row.evaluate(
-            """(el) => [...el.querySelectorAll('.cn-cell')]
-                .filter(c => !c.classList.contains('cn-duration'))
-                .map(c => c.innerText).join(' | ')"""
+            """(el) => {
+                const c = el.cloneNode(true);
+                c.querySelectorAll('.cn-ack, .cn-duration').forEach(x => x.remove());
+                return c.textContent;
+            }"""
         )
     )
 

@@ -106,6 +106,8 @@ def test_a_loop_in_a_notebook_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyP
     # the output took the loop's final state (what a saved notebook shows)
     assert "stopped" in shown[0]["data"]["text/plain"]
     assert "stopped" in shown[0]["data"]["text/html"]
+    (saved,) = [v for k, v in shown[0]["data"].items() if k.startswith("application/vnd.chongming")]
+    assert [r["status"] for r in saved["rows"]] == ["stopped"]
     assert _json(out[2]) == {"status": "stopped", "done": 101, "executor": "loop"}
     (boom,) = _errors(out[3])
     assert boom["ename"] == "ValueError" and len(boom["traceback"]) > 1  # a real traceback
