@@ -16,11 +16,29 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 
 from chongming_nb.control.book import TaskBook, TaskEntry
+from chongming_nb.core.errors import ConfigurationError
 from chongming_nb.core.policies import BucketPolicy, ConcurrencyPolicy
 from chongming_nb.core.states import TaskStatus
 
 #: A ready-heap entry: (-priority, submission sequence, task id).
 ReadyItem = tuple[int, int, str]
+
+
+def concurrency_policy(
+    concurrency: ConcurrencyPolicy | None, max_parallel: int | None
+) -> ConcurrencyPolicy:
+    """The Controller's ``concurrency=`` / ``max_parallel=`` as one policy (default: a
+    ConcurrencyPolicy()); ConfigurationError for both, or for something else."""
+    if max_parallel is not None:
+        if concurrency is not None:
+            raise ConfigurationError(
+                "give max_parallel or concurrency, not both (max_parallel is "
+                "concurrency=ConcurrencyPolicy(max_parallel=...))"
+            )
+        return ConcurrencyPolicy(max_parallel=max_parallel)
+    if concurrency is not None and not isinstance(concurrency, ConcurrencyPolicy):
+        raise ConfigurationError(f"concurrency must be a ConcurrencyPolicy, got {concurrency!r}")
+    return concurrency or ConcurrencyPolicy()
 
 
 class Admission:

@@ -13,15 +13,17 @@ the attempt a report must name to count).
 from __future__ import annotations
 
 import contextlib
+import logging
 import random
 from collections import deque
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple, Protocol
 
 from chongming_nb.control.admission import Admission
-from chongming_nb.control.book import TaskBook, TaskEntry
+from chongming_nb.control.book import TaskBook, TaskEntry, history_row
 from chongming_nb.control.dependencies import Dependencies
 from chongming_nb.control.messages import AppendLog, TouchProgress
+from chongming_nb.control.recovery import ConvergePlan
 from chongming_nb.control.timers import TICK_SECONDS, TimerKind, TimerQueue
 from chongming_nb.core.errors import ConfigurationError, TaskTimeout
 from chongming_nb.core.events import AttemptFailed, ProgressUpdated, TaskLogLine, TaskOutput
@@ -31,6 +33,8 @@ from chongming_nb.core.states import TERMINAL, TaskStatus
 from chongming_nb.runtime.cancellation import CancellationToken
 from chongming_nb.runtime.executors import ExecutionRequest, Executor, Outcome
 from chongming_nb.stores.protocol import LogRecord
+
+log = logging.getLogger("chongming_nb.controller")
 
 S = TaskStatus
 
@@ -204,6 +208,36 @@ class Attempts:
         with self.book.lock:
             self.log_line(t, stream, line, level)
         self.unlocked()
+
+    def note(self, task_id: str, message: str) -> None:
+        """Under the lock: a warning line in a task's log (shown in its row)."""
+        t = self.book.tasks.get(task_id)
+        if t is not None:
+            self.log_line(t, "chongming", message, "WARNING")
+
+    def adopt(self, t: TaskEntry, plan: ConvergePlan) -> None:
+        """Under the lock: the store settled this task without us (a reconciler found
+        our lease lost): take its snapshot and history, ask the execution to stop and
+        abandon it — memory and store agree again."""
+        book = self.book
+        reason = plan.snapshot.failure.message if plan.snapshot.failure else "settled"
+        h = t.handle
+        if t.exec_attempt:  # an execution is live (or being launched): abandon it
+            if h is not None:
+                try:
+                    h.request_stop(reason)
+                except Exception:
+                    log.exception("asking the execution of %s to stop failed", t.snap.task_id)
+                t.abandoned = h
+            self.end_execution(t)
+            book.end_attempt(t, plan.snapshot.status, plan.snapshot.failure, abandoned=True)
+        t.history = [row for row in t.history if row[6] <= plan.common_version]
+        t.history.extend(history_row(tr) for tr in plan.transitions)
+        t.snap = plan.snapshot
+        book.warn(t, f"the store settled this task without its owner: {reason}")
+        if book.awaited and t in book.awaited:
+            book.terminal.notify_all()
+        self.deps.after_status(t)
 
     def log_line(self, t: TaskEntry, stream: str, line: str, level: str | None) -> None:
         """Under the lock: one line of the task's log (kept, published, stored)."""

@@ -163,10 +163,7 @@ class TaskBook:
         prev_version = t.snap.status_version
         new, tr = method(t.snap, *a, **kw)
         t.snap = new
-        t.history.append(
-            (_VALUE_OF[tr.from_status], _VALUE_OF[tr.to_status], tr.trigger, tr.actor,
-             tr.reason, tr.at, tr.version, tr.override)
-        )  # fmt: skip
+        t.history.append(history_row(tr))
         if self.store is not None:
             self.outbox.append(SaveSnapshot(new, prev_version, tr))
         # the event is seen only by subscribers and hooks (the store keeps transitions,
@@ -219,21 +216,21 @@ class TaskBook:
         rec = t.attempts[-1]
         if rec.ended_at is not None:
             return
-        # built directly, not with dataclasses.replace (which inspects the fields on
-        # every call): once per attempt on the hot path
         if now is None:
             now = self.clock.now()
-        if fail is None:
-            rec = AttemptRecord(
-                rec.task_id, rec.attempt, rec.started_at, now, outcome, None, None, None,
-                rec.executor, abandoned, None,
-            )  # fmt: skip
-        else:
-            rec = AttemptRecord(
-                rec.task_id, rec.attempt, rec.started_at, now, outcome, fail.kind,
-                fail.message, fail.traceback, rec.executor, abandoned, fail.exit_code,
-            )  # fmt: skip
-        t.attempts[-1] = rec
+        t.attempts[-1] = rec = AttemptRecord(
+            task_id=rec.task_id,
+            attempt=rec.attempt,
+            started_at=rec.started_at,
+            ended_at=now,
+            outcome=outcome,
+            failure_kind=None if fail is None else fail.kind,
+            failure_message=None if fail is None else fail.message,
+            traceback=None if fail is None else fail.traceback,
+            executor=rec.executor,
+            abandoned=abandoned,
+            exit_code=None if fail is None else fail.exit_code,
+        )
         if self.store is not None:
             self.outbox.append(SaveAttempt(rec))
 
@@ -268,6 +265,20 @@ class TaskBook:
 #: A task's history keeps statuses as their plain string values (see TaskEntry.history).
 _VALUE_OF: dict[TaskStatus, str] = {s: s.value for s in TaskStatus}
 _STATUS_OF: dict[str, TaskStatus] = {s.value: s for s in TaskStatus}
+
+
+def history_row(tr: Transition) -> tuple[Any, ...]:
+    """One accepted transition as a task's history keeps it (see TaskEntry.history)."""
+    return (
+        _VALUE_OF[tr.from_status],
+        _VALUE_OF[tr.to_status],
+        tr.trigger,
+        tr.actor,
+        tr.reason,
+        tr.at,
+        tr.version,
+        tr.override,
+    )
 
 
 def transitions(task_id: str, rows: list[tuple[Any, ...]]) -> list[Transition]:

@@ -29,19 +29,19 @@ import logging
 import random
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from chongming_nb.control.admission import Admission
+from chongming_nb.control.admission import Admission, concurrency_policy
 from chongming_nb.control.attempts import Attempts
 from chongming_nb.control.book import TaskBook, TaskEntry
 from chongming_nb.control.book import transitions as _transitions
 from chongming_nb.control.bus import EventBus, EventFilter, RunObserver
 from chongming_nb.control.dependencies import Dependencies
 from chongming_nb.control.dispatcher import Dispatcher
-from chongming_nb.control.handle import TaskHandle
+from chongming_nb.control.handle import TaskHandle, TaskRef
 from chongming_nb.control.intake import NO_DEPS, Intake
 from chongming_nb.control.launcher import Launcher
 from chongming_nb.control.ownership import (
@@ -52,7 +52,7 @@ from chongming_nb.control.ownership import (
 from chongming_nb.control.persistence import StoreLink, verify
 from chongming_nb.control.queries import Queries, status_set
 from chongming_nb.control.recovery import ConvergePlan
-from chongming_nb.control.spec import TaskRegistry, TaskSpec
+from chongming_nb.control.spec import TaskRegistry
 from chongming_nb.control.timers import TimerQueue
 from chongming_nb.control.verbs import Verbs
 from chongming_nb.core.clock import Clock
@@ -62,7 +62,6 @@ from chongming_nb.core.models import AttemptRecord, FailureKind, TaskSnapshot, T
 from chongming_nb.core.policies import (
     BucketPolicy,
     ConcurrencyPolicy,
-    JoinMode,
     RetentionPolicy,
     RetryPolicy,
     Timeout,
@@ -122,19 +121,9 @@ class Controller:
         max_parallel: int | None = None,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
     ) -> None:
-        if max_parallel is not None:
-            if concurrency is not None:
-                raise ConfigurationError(
-                    "give max_parallel or concurrency, not both (max_parallel is "
-                    "concurrency=ConcurrencyPolicy(max_parallel=...))"
-                )
-            concurrency = ConcurrencyPolicy(max_parallel=max_parallel)
+        policy = concurrency_policy(concurrency, max_parallel)
         if retention is not None and not isinstance(retention, RetentionPolicy):
             raise ConfigurationError(f"retention must be a RetentionPolicy, got {retention!r}")
-        if concurrency is not None and not isinstance(concurrency, ConcurrencyPolicy):
-            raise ConfigurationError(
-                f"concurrency must be a ConcurrencyPolicy, got {concurrency!r}"
-            )
         check_seconds("stop_grace", stop_grace)
         check_seconds("pause_grace", pause_grace)
         if stop_grace is None or pause_grace is None:
@@ -154,15 +143,15 @@ class Controller:
         self.persist_failures = 0
         self._store: TaskStore | None = store
         self._bus = bus = EventBus()
-        self._link: StoreLink | None = None
         self._book = book = TaskBook(self._clock, bus, store)
+        self._link: StoreLink | None = None
         if store is not None:
             self._link = StoreLink(self, book, store, lease_seconds=lease_seconds)
             bus.persist_with(self._link.persist)
             self._link.beat_owner()
             _DURABLE.add(self)  # drained at interpreter exit
         self._timers = timers = TimerQueue(book, float(stop_grace), float(pause_grace))
-        self._admission = admission = Admission(book, concurrency or ConcurrencyPolicy(), buckets)
+        self._admission = admission = Admission(book, policy, buckets)
         self._deps = deps = Dependencies(book, admission, timers)
         self._attempts = attempts = Attempts(book, admission, deps, timers, rng or random.Random())
         root = Path(artifacts_root) if artifacts_root is not None else None
@@ -265,69 +254,33 @@ class Controller:
         )
         return TaskHandle(self, task_id)
 
-    def _submit(
-        self,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        *,
-        name: str | None = None,
-        retry: RetryPolicy | int | None = None,
-        timeout: Timeout | float | None = None,
-        after: Iterable[Any] | Any = NO_DEPS,
-        idempotency_key: str | None = None,
-        pipeline_run_id: str | None = None,
-        join: JoinMode = JoinMode.ALL_SUCCEEDED,
-        when: Callable[[Mapping[str, Any]], bool] | None = None,
-        node: str | None = None,
-        compensate: Callable[..., Any] | None = None,
-        upstream_names: Mapping[str, str] | None = None,
-        prepared: tuple[TaskSpec, bool] | None = None,
-    ) -> TaskHandle:
-        """For pipelines (control/pipeline.py): submit one node's task, with the run's
-        options (``prepared``: the node's final spec and inject flag, validated at
-        ``add``)."""
-        task_id = self._intake.submit(
-            fn,
-            args,
-            kwargs,
-            after=after,
-            name=name,
-            retry=retry,
-            timeout=timeout,
-            idempotency_key=idempotency_key,
-            pipeline_run_id=pipeline_run_id,
-            join=join,
-            when=when,
-            node=node,
-            compensate=compensate,
-            upstream_names=upstream_names,
-            prepared=prepared,
-        )
-        return TaskHandle(self, task_id)
-
     # ------------------------------------------------------------------ verbs
 
-    def start(self, task_id: Any, *, actor: str = "user") -> TaskSnapshot:
+    def start(self, task_id: TaskRef, *, actor: str = "user") -> TaskSnapshot:
         """PENDING/BLOCKED -> QUEUED (e.g. after ``reset``). Idempotent."""
         return self._verbs.start(task_id, actor=actor)
 
     def pause(
-        self, task_id: Any, timeout: float | None = None, *, actor: str = "user", wait: bool = False
+        self,
+        task_id: TaskRef,
+        timeout: float | None = None,
+        *,
+        actor: str = "user",
+        wait: bool = False,
     ) -> TaskSnapshot:
         """Pause: QUEUED/RETRY_WAIT -> PAUSED at once; a running task -> PAUSING until it
         reaches a checkpoint (-> PAUSED) or ``timeout`` runs out (-> back to RUNNING with a
         warning). Idempotent on PAUSING/PAUSED."""
         return self._verbs.pause(task_id, timeout, actor=actor, wait=wait)
 
-    def resume(self, task_id: Any, *, actor: str = "user") -> TaskSnapshot:
+    def resume(self, task_id: TaskRef, *, actor: str = "user") -> TaskSnapshot:
         """PAUSED -> RUNNING (paused in place) or -> QUEUED (paused before it started);
         PAUSING -> RUNNING (the pause is withdrawn). Idempotent on RUNNING/QUEUED."""
         return self._verbs.resume(task_id, actor=actor)
 
     def stop(
         self,
-        task_id: Any,
+        task_id: TaskRef,
         graceful: bool = True,
         timeout: float | None = None,
         *,
@@ -345,7 +298,7 @@ class Controller:
 
     def cancel(
         self,
-        task_id: Any,
+        task_id: TaskRef,
         reason: str = "cancelled",
         *,
         actor: str = "orchestrator",
@@ -357,67 +310,71 @@ class Controller:
             task_id, self.stop_grace, actor=actor, reason=reason, wait=False, cancel=True, kind=kind
         )
 
-    def retry(self, task_id: Any, force: bool = False, *, actor: str = "user") -> TaskSnapshot:
+    def retry(self, task_id: TaskRef, force: bool = False, *, actor: str = "user") -> TaskSnapshot:
         """FAILED/STOPPED/CANCELLED/LOST -> QUEUED; the attempt history is kept.
         ``force=True`` grants an attempt beyond ``max_attempts``. Idempotent on
         QUEUED/STARTING/RUNNING."""
         return self._verbs.retry(task_id, force, actor=actor)
 
-    def skip(self, task_id: Any, reason: str | None = None, *, actor: str = "user") -> TaskSnapshot:
+    def skip(
+        self, task_id: TaskRef, reason: str | None = None, *, actor: str = "user"
+    ) -> TaskSnapshot:
         """PENDING/BLOCKED/QUEUED -> SKIPPED. Idempotent."""
         return self._verbs.skip(task_id, reason, actor=actor)
 
-    def reset(self, task_id: Any, *, confirm: bool = False, actor: str = "user") -> TaskSnapshot:
+    def reset(
+        self, task_id: TaskRef, *, confirm: bool = False, actor: str = "user"
+    ) -> TaskSnapshot:
         """Back to PENDING with the attempt history cleared. Destroys history: needs
         ``confirm=True``. Refused while an execution is alive (stop it first)."""
         return self._verbs.reset(task_id, confirm=confirm, actor=actor)
 
     def force_transition(
-        self, task_id: Any, to: TaskStatus | str, *, reason: str, actor: str
+        self, task_id: TaskRef, to: TaskStatus | str, *, reason: str, actor: str
     ) -> TaskSnapshot:
         """The escape hatch: set any status, bypassing the table. Needs actor and reason;
         writes an AdminOverride audit event and marks the snapshot ``overridden``."""
         return self._verbs.force_transition(task_id, to, reason=reason, actor=actor)
 
-    def wait(self, task_id: Any, timeout: float | None = None) -> TaskSnapshot:
+    def wait(self, task_id: TaskRef, timeout: float | None = None) -> TaskSnapshot:
         """Block until the task is terminal. TimeoutError after ``timeout``; no side effects."""
         return self._queries.wait(task_id, timeout)
 
     # -------------------------------------------------------- control plane
 
-    def can(self, task_id: Any, verb: str, *, force: bool = False) -> tuple[bool, str | None]:
+    def can(self, task_id: TaskRef, verb: str, *, force: bool = False) -> tuple[bool, str | None]:
         """``(True, None)`` if ``verb`` would change the task now, else ``(False, why)``.
         The predicates the UI binds its buttons to."""
         return self._verbs.can(task_id, verb, force=force)
 
-    def can_all(self, task_id: Any) -> dict[str, tuple[bool, str | None]]:
+    def can_all(self, task_id: TaskRef) -> dict[str, tuple[bool, str | None]]:
         """``can`` for every control-plane verb (``retry`` as a human decision: forced)."""
         return {v: self.can(task_id, v, force=(v == "retry")) for v in CONTROL_VERBS}
 
     def apply(
-        self, task_id: Any, verb: Any, *, actor: str = "ui", args: Any = None
+        self, task_id: object, verb: object, *, actor: str = "ui", args: object = None
     ) -> tuple[bool, str | None]:
         """The one entry for the control plane (widget clicks, store commands, REST):
         a task id, a verb and plain-data options (``timeout``, ``graceful``,
         ``reason``), never code. Never raises for bad input."""
         return self._verbs.apply(task_id, verb, actor=actor, args=args)
 
-    def can_pause(self, task_id: Any) -> tuple[bool, str | None]:
+    def can_pause(self, task_id: TaskRef) -> tuple[bool, str | None]:
         return self.can(task_id, "pause")
 
-    def can_resume(self, task_id: Any) -> tuple[bool, str | None]:
+    def can_resume(self, task_id: TaskRef) -> tuple[bool, str | None]:
         return self.can(task_id, "resume")
 
-    def can_stop(self, task_id: Any) -> tuple[bool, str | None]:
+    def can_stop(self, task_id: TaskRef) -> tuple[bool, str | None]:
         return self.can(task_id, "stop")
 
-    def can_retry(self, task_id: Any, force: bool = False) -> tuple[bool, str | None]:
+    def can_retry(self, task_id: TaskRef, force: bool = False) -> tuple[bool, str | None]:
         return self.can(task_id, "retry", force=force)
 
-    def can_skip(self, task_id: Any) -> tuple[bool, str | None]:
+    def can_skip(self, task_id: TaskRef) -> tuple[bool, str | None]:
         return self.can(task_id, "skip")
 
-    def can_cancel(self, task_id: Any) -> tuple[bool, str | None]:
+    def can_cancel(self, task_id: TaskRef) -> tuple[bool, str | None]:
         return self.can(task_id, "cancel")
 
     # ------------------------------------------------------------ pipeline runs
@@ -474,7 +431,7 @@ class Controller:
 
     # ---------------------------------------------------------------- queries
 
-    def get(self, task_id: Any) -> TaskSnapshot:
+    def get(self, task_id: TaskRef) -> TaskSnapshot:
         """The task's snapshot, with the latest progress."""
         return self._queries.get(task_id)
 
@@ -494,12 +451,12 @@ class Controller:
         """Counts per status value (every status present, zeros included)."""
         return self._queries.stats(**filters)
 
-    def history(self, task_id: Any) -> list[Transition]:
+    def history(self, task_id: TaskRef) -> list[Transition]:
         return self._queries.history(task_id)
 
     def events(
         self,
-        task_id: Any,
+        task_id: TaskRef,
         since: datetime | None = None,
         types: Iterable[type[Event]] | None = None,
     ) -> list[Event]:
@@ -508,20 +465,20 @@ class Controller:
         are in ``logs``.)"""
         return self._queries.events(task_id, since, types)
 
-    def attempts(self, task_id: Any) -> list[AttemptRecord]:
+    def attempts(self, task_id: TaskRef) -> list[AttemptRecord]:
         return self._queries.attempts_of(task_id)
 
-    def logs(self, task_id: Any, limit: int | None = None) -> list[LogRecord]:
+    def logs(self, task_id: TaskRef, limit: int | None = None) -> list[LogRecord]:
         """The lines the task printed or logged (newest ``limit`` if given)."""
         return self._queries.logs(task_id, limit)
 
-    def result(self, task_id: Any) -> Any:
+    def result(self, task_id: TaskRef) -> Any:
         return self._queries.result(task_id)
 
-    def exception(self, task_id: Any) -> BaseException | None:
+    def exception(self, task_id: TaskRef) -> BaseException | None:
         return self._queries.exception(task_id)
 
-    def running(self, task_id: Any) -> bool:
+    def running(self, task_id: TaskRef) -> bool:
         """Is an execution of this task still alive (an abandoned thread counts)?"""
         return self._queries.running(task_id)
 
@@ -617,62 +574,23 @@ class Controller:
         then give the space back. Tasks this controller holds are kept (they are live
         or this session's), and so is every unfinished task. Returns the rows deleted
         per table (``dry_run``: counted, nothing deleted)."""
-        if self._store is None:
+        if self._link is None:
             raise ConfigurationError("prune() needs a controller with a store")
-        if isinstance(older_than, timedelta):
-            if older_than <= timedelta(0):
-                raise ConfigurationError(f"older_than must be a positive age, got {older_than}")
-            cutoff = self._clock.now() - older_than
-        elif isinstance(older_than, datetime) and older_than.tzinfo is not None:
-            cutoff = older_than
-        else:
-            raise ConfigurationError(
-                f"older_than must be a timedelta or an aware datetime, got {older_than!r}"
-            )
+        cutoff = self._link.cutoff(older_than)
         statuses = status_set(status)
         self.flush()
-        with self._book.lock:
-            keep = frozenset(self._book.tasks)
-        return dict(
-            self._store.purge(older_than=cutoff, status=statuses, keep=keep, dry_run=dry_run)
-        )
+        return self._link.prune(cutoff, statuses, dry_run)
 
+    # for the store link (persistence.py): wake the dispatcher, note a line in a task's
+    # log, adopt what the store settled without us (Attempts.adopt)
     def _poke(self) -> None:
         self._dispatcher.poke()
 
     def _note(self, task_id: str, message: str) -> None:
-        """Under the lock: a warning line in a task's log (shown in its row)."""
-        t = self._book.tasks.get(task_id)
-        if t is not None:
-            self._attempts.log_line(t, "chongming", message, "WARNING")
+        self._attempts.note(task_id, message)
 
     def _adopt(self, t: TaskEntry, plan: ConvergePlan) -> None:
-        """Under the lock: the store settled this task without us (a reconciler found
-        our lease lost): take its snapshot and history, ask the execution to stop and
-        abandon it — memory and store agree again."""
-        book = self._book
-        reason = plan.snapshot.failure.message if plan.snapshot.failure else "settled"
-        h = t.handle
-        if t.exec_attempt:  # an execution is live (or being launched): abandon it
-            if h is not None:
-                try:
-                    h.request_stop(reason)
-                except Exception:
-                    log.exception("asking the execution of %s to stop failed", t.snap.task_id)
-                t.abandoned = h
-            self._attempts.end_execution(t)
-            book.end_attempt(t, plan.snapshot.status, plan.snapshot.failure, abandoned=True)
-        t.history = [row for row in t.history if row[6] <= plan.common_version]
-        for tr in plan.transitions:
-            t.history.append(
-                (tr.from_status.value, tr.to_status.value, tr.trigger, tr.actor, tr.reason,
-                 tr.at, tr.version, tr.override)
-            )  # fmt: skip
-        t.snap = plan.snapshot
-        book.warn(t, f"the store settled this task without its owner: {reason}")
-        if book.awaited and t in book.awaited:
-            book.terminal.notify_all()
-        self._deps.after_status(t)
+        self._attempts.adopt(t, plan)
 
     def health(self) -> dict[str, Any]:
         """Is task state reaching the store? ``saved`` False (and ``not_saved`` giving
@@ -713,7 +631,7 @@ class Controller:
             raise ConfigurationError("reconcile() needs a controller with a store")
         return self._link.reconcile(on_orphan, grace=grace)
 
-    def verify(self, task_id: Any) -> tuple[bool, str]:
+    def verify(self, task_id: TaskRef) -> tuple[bool, str]:
         """Replay the task's transitions (from the store when there is one) and check
         that they rebuild its snapshot."""
         tid = getattr(task_id, "id", task_id)

@@ -5,16 +5,62 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from chongming_nb.core.errors import TaskExecutionError
 from chongming_nb.core.events import Event, TaskStatusChanged
-from chongming_nb.core.models import Progress, TaskSnapshot
+from chongming_nb.core.models import AttemptRecord, Progress, TaskSnapshot
 from chongming_nb.core.states import TERMINAL, TaskStatus
+from chongming_nb.stores.protocol import LogRecord
 
-if TYPE_CHECKING:
-    from chongming_nb.control.controller import Controller
-    from chongming_nb.stores.protocol import LogRecord
+
+class HasId(Protocol):
+    """Anything that names a task by its ``id`` (a TaskHandle)."""
+
+    @property
+    def id(self) -> str: ...
+
+
+#: A task, as the Controller's methods take it: its id or its handle.
+TaskRef = str | HasId
+
+
+class TaskControl(Protocol):
+    """What a handle asks of its controller (``control.controller.Controller``; a
+    Protocol here so that this module does not import the controller, which imports it)."""
+
+    def get(self, task_id: TaskRef) -> TaskSnapshot: ...
+    def running(self, task_id: TaskRef) -> bool: ...
+    def wait(self, task_id: TaskRef, timeout: float | None = None) -> TaskSnapshot: ...
+    def result(self, task_id: TaskRef) -> Any: ...
+    def exception(self, task_id: TaskRef) -> BaseException | None: ...
+    def watch(
+        self, callback: Callable[[Event], None], filter: Any = None
+    ) -> Callable[[], None]: ...
+    def pause(
+        self, task_id: TaskRef, timeout: float | None = None, *, actor: str = ..., wait: bool = ...
+    ) -> TaskSnapshot: ...
+    def resume(self, task_id: TaskRef, *, actor: str = ...) -> TaskSnapshot: ...
+    def stop(
+        self,
+        task_id: TaskRef,
+        graceful: bool = True,
+        timeout: float | None = None,
+        *,
+        actor: str = ...,
+        reason: str | None = ...,
+        wait: bool = ...,
+    ) -> TaskSnapshot: ...
+    def cancel(self, task_id: TaskRef, reason: str = ..., *, actor: str = ...) -> TaskSnapshot: ...
+    def retry(self, task_id: TaskRef, force: bool = ..., *, actor: str = ...) -> TaskSnapshot: ...
+    def skip(
+        self, task_id: TaskRef, reason: str | None = ..., *, actor: str = ...
+    ) -> TaskSnapshot: ...
+    def reset(self, task_id: TaskRef, *, confirm: bool = ..., actor: str = ...) -> TaskSnapshot: ...
+    def can(self, task_id: TaskRef, verb: str, *, force: bool = ...) -> tuple[bool, str | None]: ...
+    def logs(self, task_id: TaskRef, limit: int | None = None) -> list[LogRecord]: ...
+    def attempts(self, task_id: TaskRef) -> list[AttemptRecord]: ...
+    def events(self, task_id: TaskRef) -> list[Event]: ...
 
 
 class TaskHandle:
@@ -22,13 +68,14 @@ class TaskHandle:
 
     __slots__ = ("_ctl", "id")
 
-    def __init__(self, ctl: Controller, task_id: str) -> None:
+    def __init__(self, ctl: TaskControl, task_id: str) -> None:
         self._ctl = ctl
         self.id = task_id
 
     # --------------------------------------------------------------- state
     @property
-    def controller(self) -> Controller:
+    def controller(self) -> TaskControl:
+        """The controller that runs this task."""
         return self._ctl
 
     @property
@@ -135,7 +182,7 @@ class TaskHandle:
     def logs(self, limit: int | None = None) -> list[LogRecord]:
         return self._ctl.logs(self.id, limit)
 
-    def attempts(self) -> list[Any]:
+    def attempts(self) -> list[AttemptRecord]:
         return self._ctl.attempts(self.id)
 
     def events(self) -> list[Event]:

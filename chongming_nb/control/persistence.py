@@ -14,10 +14,10 @@ import socket
 import threading
 import warnings
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, is_dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from chongming_nb.control.book import transitions
 from chongming_nb.control.messages import (
@@ -35,7 +35,7 @@ from chongming_nb.control.messages import (
 )
 from chongming_nb.control.ownership import DEFAULT_GRACE_SECONDS, DEFAULT_LEASE_SECONDS, OwnerId
 from chongming_nb.control.recovery import converge_plan, reconcile_store
-from chongming_nb.core.errors import ConcurrencyConflict, StoreError
+from chongming_nb.core.errors import ConcurrencyConflict, ConfigurationError, StoreError
 from chongming_nb.core.events import (
     AdminOverride,
     AttemptFailed,
@@ -56,9 +56,34 @@ from chongming_nb.core.states import NON_TERMINAL
 from chongming_nb.stores.protocol import EventRecord, OwnerRecord, TaskQuery, Touch
 
 if TYPE_CHECKING:
-    from chongming_nb.control.book import TaskBook
-    from chongming_nb.control.controller import Controller
+    from chongming_nb.control.book import TaskBook, TaskEntry
+    from chongming_nb.control.handle import HasId, TaskRef
+    from chongming_nb.control.recovery import ConvergePlan
+    from chongming_nb.control.spec import TaskRegistry
+    from chongming_nb.core.states import TaskStatus
     from chongming_nb.stores.protocol import TaskStore
+
+
+class StoreControlled(Protocol):
+    """What the store link asks of its controller (``control.controller.Controller``;
+    a Protocol so that this module does not import the controller, which imports it)."""
+
+    owner: str | None
+    persist_failures: int
+    registry: TaskRegistry
+
+    def apply(
+        self, task_id: object, verb: object, *, actor: str = ..., args: object = ...
+    ) -> tuple[bool, str | None]: ...
+    def get(self, task_id: TaskRef) -> TaskSnapshot: ...
+    def submit(
+        self, fn: Callable[..., Any], *args: Any, name: str | None = ..., **kwargs: Any
+    ) -> HasId: ...
+    def health(self) -> dict[str, Any]: ...
+    def _poke(self) -> None: ...
+    def _note(self, task_id: str, message: str) -> None: ...
+    def _adopt(self, t: TaskEntry, plan: ConvergePlan) -> None: ...
+
 
 log = logging.getLogger("chongming_nb.persistence")
 
@@ -399,7 +424,7 @@ class StoreLink:
 
     def __init__(
         self,
-        ctl: Controller,
+        ctl: StoreControlled,
         book: TaskBook,
         store: TaskStore,
         *,
@@ -420,6 +445,31 @@ class StoreLink:
         # ... and, until they are converged, nothing more of theirs is written
         self._refused: set[str] = set()
         self._converging = threading.Lock()
+
+    # ------------------------------------------------------------ retention
+
+    def cutoff(self, older_than: timedelta | datetime) -> datetime:
+        """``prune``'s age (a positive timedelta) or aware cutoff time, as a cutoff."""
+        if isinstance(older_than, timedelta):
+            if older_than <= timedelta(0):
+                raise ConfigurationError(f"older_than must be a positive age, got {older_than}")
+            return self.book.clock.now() - older_than
+        if isinstance(older_than, datetime) and older_than.tzinfo is not None:
+            return older_than
+        raise ConfigurationError(
+            f"older_than must be a timedelta or an aware datetime, got {older_than!r}"
+        )
+
+    def prune(
+        self, cutoff: datetime, statuses: frozenset[TaskStatus] | None, dry_run: bool
+    ) -> dict[str, int]:
+        """Delete the finished tasks that ended before ``cutoff``, except the ones this
+        controller holds (live, or this session's)."""
+        with self.book.lock:
+            keep = frozenset(self.book.tasks)
+        return dict(
+            self.store.purge(older_than=cutoff, status=statuses, keep=keep, dry_run=dry_run)
+        )
 
     # ------------------------------------------------------------ recording
     def persist(self, batch: list[Outgoing]) -> None:

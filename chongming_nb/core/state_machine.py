@@ -86,14 +86,25 @@ _REQUESTED: dict[TaskStatus, RequestedAction] = {
     S.STOPPING: RequestedAction.STOP,
     S.PAUSING: RequestedAction.PAUSE,
 }
-# mark_queued, mark_starting and mark_succeeded build their copy without _apply (the
-# hot path of every task): their own source sets must be edges of the table
-assert all(S.QUEUED in TRANSITIONS[f] for f in _QUEUE_FROM)
-assert all(S.STARTING in TRANSITIONS[f] for f in _DISPATCH_FROM)
-assert all(S.SUCCEEDED in TRANSITIONS[f] for f in _SUCCEED_FROM)
-assert S.RUNNING in TRANSITIONS[S.STARTING]
+
+#: What arriving in a status writes besides it: the requested action it implies and
+#: whether it is terminal (then ``ended_at`` is the time of the change).
+Arrival = tuple[RequestedAction | None, bool]
+
+#: Every edge of TRANSITIONS, with its arrival: derived from the table once, read by
+#: ``_apply`` for every change (one dict lookup checks the edge and says what it writes).
+_EDGES: dict[tuple[TaskStatus, TaskStatus], Arrival] = {
+    (f, to): (_REQUESTED.get(to), to in TERMINAL) for f, tos in TRANSITIONS.items() for to in tos
+}
+#: The arrival in each status by a sanctioned way around the table (retry, reset, force).
+_ARRIVALS: dict[TaskStatus, Arrival] = {to: (_REQUESTED.get(to), to in TERMINAL) for to in S}
 #: Non-terminal states in which the current attempt has not started (no started_at).
 _NOT_STARTED = frozenset({S.PENDING, S.BLOCKED, S.QUEUED, S.RETRY_WAIT})
+
+
+#: A snapshot copier of core/models.py: ``(s, changes, status, version, ended_at,
+#: requested_action, *leading values) -> TaskSnapshot``.
+Evolve = Callable[..., TaskSnapshot]
 
 
 def _allowed_text(sources: frozenset[TaskStatus]) -> list[str]:
@@ -122,21 +133,32 @@ class StateMachine:
         revive: bool = False,
         changes: Mapping[str, Any] | None = None,
         now: datetime | None = None,
+        evolve: Evolve | None = None,
+        values: tuple[Any, ...] = (),
     ) -> Result:
+        """The one place a change is made: ``s`` -> ``to``, one version up.
+
+        ``evolve`` + ``values``: the copy for an edge that always writes the same extra
+        fields (``evolve(s, changes, to, version, ended_at, requested, *values)``);
+        by default, ``retry_at`` is cleared except on arrival in RETRY_WAIT."""
         # retry/reset (revive) and force_transition (override) are the only ways
         # around the table; everything else must be an edge of it.
-        if not (override or revive) and to not in TRANSITIONS[s.status]:
-            raise InvalidTransition(
-                s.status, to.value, [t.value for t in TRANSITIONS[s.status]], task_id=s.task_id
-            )
+        arrival = _EDGES.get((s.status, to))
+        if arrival is None:
+            if not (override or revive):
+                allowed = [t.value for t in TRANSITIONS[s.status]]
+                raise InvalidTransition(s.status, to.value, allowed, task_id=s.task_id)
+            arrival = _ARRIVALS[to]
         if now is None:
             now = self.clock.now()
         version = s.status_version + 1
-        requested = _REQUESTED.get(to)
-        ended = now if to in TERMINAL else None
+        requested, terminal = arrival
+        ended = now if terminal else None
         # leading fields by position, then ``changes``, which win (ended_at, retry_at);
         # no caller changes status, status_version or requested_action through them
-        if to is S.RETRY_WAIT:
+        if evolve is not None:
+            new = evolve(s, changes, to, version, ended, requested, *values)
+        elif to is S.RETRY_WAIT:
             new = _evolve_status_keep_retry(s, changes, to, version, ended, requested)
         else:
             new = _evolve_status(s, changes, to, version, ended, requested, None)
@@ -426,11 +448,16 @@ class StateMachine:
             raise self._reject(s, "mark_queued", _QUEUE_FROM)
         if now is None:
             now = self.clock.now()
-        # what _apply does, for the fields this edge always writes (every task's path)
-        version = s.status_version + 1
-        new = _evolve_queued(s, None, S.QUEUED, version, None, None, None, now)
-        tr = Transition(s.task_id, s.status, S.QUEUED, trigger, actor, reason, now, version, False)
-        return new, tr
+        return self._apply(
+            s,
+            S.QUEUED,
+            trigger=trigger,
+            actor=actor,
+            reason=reason,
+            now=now,
+            evolve=_evolve_queued,
+            values=(None, now),  # retry_at, queued_at
+        )
 
     def mark_starting(self, s: TaskSnapshot, *, executor: str | None = None) -> Result:
         """QUEUED/RETRY_WAIT -> STARTING; a new attempt begins (guard: the budget)."""
@@ -439,16 +466,17 @@ class StateMachine:
         if s.attempt + 1 > s.max_attempts:
             raise AttemptsExhausted(s.attempt, s.max_attempts, task_id=s.task_id)
         now = self.clock.now()
-        version = s.status_version + 1
-        new = _evolve_starting(
-            s, None, S.STARTING, version, None, None, None,
-            s.attempt + 1, now, now, executor or s.executor, None, None,
-        )  # fmt: skip
-        tr = Transition(
-            s.task_id, s.status, S.STARTING, "scheduler:dispatch", "scheduler", None, now,
-            version, False,
-        )  # fmt: skip
-        return new, tr
+        return self._apply(
+            s,
+            S.STARTING,
+            trigger="scheduler:dispatch",
+            actor="scheduler",
+            reason=None,
+            now=now,
+            evolve=_evolve_starting,
+            # retry_at, attempt, started_at, last_heartbeat_at, executor, failure, progress
+            values=(None, s.attempt + 1, now, now, executor or s.executor, None, None),
+        )
 
     def mark_running(
         self, s: TaskSnapshot, *, pid: int | None = None, at: datetime | None = None
@@ -459,25 +487,15 @@ class StateMachine:
             raise self._reject(s, "mark_running", frozenset({S.STARTING}))
         if s.started_at is None:
             raise self._reject(s, "mark_running", frozenset({S.STARTING}), detail="no started_at")
-        if pid is not None:
-            return self._apply(
-                s,
-                S.RUNNING,
-                trigger="executor:started",
-                actor="executor",
-                reason=None,
-                changes={"pid": pid},
-                now=at,
-            )
-        # what _apply does for this edge (STARTING -> RUNNING is in the table)
-        now = self.clock.now() if at is None else at
-        version = s.status_version + 1
-        new = _evolve_status(s, None, S.RUNNING, version, None, None, None)
-        tr = Transition(
-            s.task_id, S.STARTING, S.RUNNING, "executor:started", "executor", None, now,
-            version, False,
-        )  # fmt: skip
-        return new, tr
+        return self._apply(
+            s,
+            S.RUNNING,
+            trigger="executor:started",
+            actor="executor",
+            reason=None,
+            changes=None if pid is None else {"pid": pid},
+            now=at,
+        )
 
     def confirm_paused(self, s: TaskSnapshot) -> Result:
         if s.status is not S.PAUSING:
@@ -533,15 +551,16 @@ class StateMachine:
         """``now``: the time of the change, when the caller already read the clock."""
         if s.status not in _SUCCEED_FROM:
             raise self._reject(s, "mark_succeeded", _SUCCEED_FROM)
-        if now is None:
-            now = self.clock.now()
-        version = s.status_version + 1
-        new = _evolve_succeeded(s, None, S.SUCCEEDED, version, now, None, None, outcome, None)
-        tr = Transition(
-            s.task_id, s.status, S.SUCCEEDED, "executor:returned", "executor", None, now,
-            version, False,
-        )  # fmt: skip
-        return new, tr
+        return self._apply(
+            s,
+            S.SUCCEEDED,
+            trigger="executor:returned",
+            actor="executor",
+            reason=None,
+            now=now,
+            evolve=_evolve_succeeded,
+            values=(None, outcome, None),  # retry_at, outcome, failure
+        )
 
     def mark_failed(
         self, s: TaskSnapshot, failure: Failure, *, retry_at: datetime | None = None

@@ -170,7 +170,8 @@ def _create(
         tags=tags if tags is not None else spec.tags,
         retry=retry or spec.retry,
     )
-    h = run.ctl._submit(
+    # the controller's intake room, with the run's options (submit() has none of them)
+    tid = run.ctl._intake.submit(
         call,
         args,
         kwargs,
@@ -182,7 +183,6 @@ def _create(
         upstream_names=names,
         prepared=(final, isinstance(call, NodeCall)),  # Restored takes no ctx
     )
-    tid: str = h.id
     run._tasks[tid] = TaskInfo(node.name, role, tuple(after), index)
     for d in after:
         run._dependants.setdefault(d, []).append(tid)
