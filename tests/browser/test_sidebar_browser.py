@@ -82,7 +82,7 @@ def forget_workspace(lab: Any) -> None:
 
 
 def test_sidebar_lists_two_notebooks_and_stops_a_task_while_its_kernel_is_busy(
-    jupyter_lab: Any, notebook: Any, page: Any, browser: Any
+    tmp_path: Path, jupyter_lab: Any, notebook: Any, page: Any, browser: Any
 ) -> None:
     # notebook beta in a page of its own, closed once its task runs (its kernel stays)
     forget_workspace(jupyter_lab)
@@ -159,7 +159,7 @@ def test_sidebar_lists_two_notebooks_and_stops_a_task_while_its_kernel_is_busy(
         """() => window.jupyterapp.shell.currentWidget.content.widgets[1]
                  .model.executionState === 'running'"""
     )
-    page.screenshot(path=str(REPO / "docs" / "img" / "sidebar.png"))
+    page.screenshot(path=str(tmp_path / "sidebar.png"))
     alpha_row.locator('button[data-verb="stop"]').click()
     page.wait_for_function(
         f"""() => document.querySelector('{PANEL} li[data-task-id="{alpha}"]')
@@ -186,7 +186,7 @@ def test_sidebar_lists_two_notebooks_and_stops_a_task_while_its_kernel_is_busy(
         f"""() => document.querySelector('{PANEL} .cm-Details')
                   ?.textContent.includes('stopping → stopped')"""
     )
-    page.screenshot(path=str(REPO / "docs" / "img" / "sidebar.png"))
+    page.screenshot(path=str(tmp_path / "sidebar.png"))
 
     # stop beta too, through the same API, so no kernel keeps working after the test
     beta_row.locator('button[data-verb="stop"]').click()

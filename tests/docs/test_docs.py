@@ -37,3 +37,18 @@ def test_user_facing_docs_speak_the_products_words() -> None:
             if internal.search(line):
                 found.append(f"{md.relative_to(ROOT)}:{number}: {line.strip()}")
     assert not found, found
+
+
+def test_no_test_or_benchmark_writes_into_docs_img() -> None:
+    """The pictures in docs/img come from the example notebooks (scripts/render_pictures.py),
+    never from a test's fixtures."""
+    writers = []
+    for folder in ("tests", "benchmarks"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            text = path.read_text(encoding="utf-8")
+            if (
+                re.search(r"""docs["']?\s*/\s*["']img|docs/img""", text)
+                and path.name != Path(__file__).name
+            ):
+                writers.append(str(path.relative_to(ROOT)))
+    assert not writers, writers
