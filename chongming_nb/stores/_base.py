@@ -30,6 +30,8 @@ from chongming_nb.core.states import TERMINAL, TaskStatus
 from chongming_nb.stores import _codec as codec
 from chongming_nb.stores._sql import Dialect, purge_statuses, task_order, task_where
 from chongming_nb.stores.protocol import (
+    DROPPED_STREAM,
+    LOG_ROW_OVERHEAD,
     EventRecord,
     LogRecord,
     OwnerRecord,
@@ -38,6 +40,8 @@ from chongming_nb.stores.protocol import (
     Touch,
     TouchViaTouchMany,
     WritesViaRecordBatch,
+    dropped_count,
+    dropped_marker,
 )
 
 __all__ = [
@@ -524,6 +528,43 @@ class SqlStore(TouchViaTouchMany, WritesViaRecordBatch):
     def append_logs(self, task_id: str, lines: Sequence[LogRecord]) -> None:
         if lines:
             self.record_batch(logs=[(task_id, lines)])
+
+    def trim_logs(self, task_id: str, max_bytes: int) -> int:
+        """Keep the newest lines of ``task_id`` whose size (see ``protocol.log_size``) fits
+        ``max_bytes``; the newest dropped line becomes the "… N lines dropped" marker
+        (N counts every line dropped so far). Returns the lines dropped now."""
+        with self._write() as conn:
+            cut = conn.execute(
+                self._sql(
+                    "SELECT seq FROM (SELECT seq, SUM(LENGTH(line) + ?) OVER "
+                    "(ORDER BY at DESC, seq DESC) AS acc FROM logs WHERE task_id = ? "
+                    "AND stream <> ?) ranked WHERE acc > ? ORDER BY acc LIMIT 1"
+                ),
+                (LOG_ROW_OVERHEAD, task_id, DROPPED_STREAM, max_bytes),
+            ).fetchone()
+            if cut is None:
+                return 0
+            cut_seq = cut[0]
+            cut_at = conn.execute(
+                self._sql("SELECT at FROM logs WHERE seq = ?"), (cut_seq,)
+            ).fetchone()[0]
+            # every line at or before the cut, in the (at, seq) order logs() reads
+            where = "task_id = ? AND (at < ? OR (at = ? AND seq <= ?))"
+            rows = conn.execute(
+                self._sql(f"SELECT stream, line FROM logs WHERE {where}"),
+                (task_id, cut_at, cut_at, cut_seq),
+            ).fetchall()
+            dropped = sum(1 for r in rows if r[0] != DROPPED_STREAM)
+            before = sum(dropped_count(r[1]) for r in rows if r[0] == DROPPED_STREAM)
+            conn.execute(
+                self._sql(f"DELETE FROM logs WHERE {where} AND seq <> ?"),
+                (task_id, cut_at, cut_at, cut_seq, cut_seq),
+            )
+            conn.execute(
+                self._sql("UPDATE logs SET stream = ?, line = ?, level = NULL WHERE seq = ?"),
+                (DROPPED_STREAM, dropped_marker(before + dropped), cut_seq),
+            )
+            return dropped
 
     def logs(
         self, task_id: str, *, limit: int | None = None, since: datetime | None = None

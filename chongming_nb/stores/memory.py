@@ -20,6 +20,7 @@ from chongming_nb.core.states import TERMINAL, TaskStatus
 from chongming_nb.stores._codec import check_snapshot_times, utc, utc_req
 from chongming_nb.stores._sql import purge_statuses
 from chongming_nb.stores.protocol import (
+    DROPPED_STREAM,
     SCHEMA_VERSION,
     EventRecord,
     LogRecord,
@@ -29,6 +30,9 @@ from chongming_nb.stores.protocol import (
     TaskQuery,
     Touch,
     TouchViaTouchMany,
+    dropped_count,
+    dropped_marker,
+    log_size,
 )
 
 __all__ = ["InMemoryStore", "matches", "order_snapshots"]
@@ -235,6 +239,29 @@ class InMemoryStore(TouchViaTouchMany):
             self._check_open()
             bucket = self._logs.setdefault(task_id, [])
             bucket.extend((self._next(), rec) for rec in lines)
+
+    def trim_logs(self, task_id: str, max_bytes: int) -> int:
+        with self._lock:
+            self._check_open()
+            rows = sorted(self._logs.get(task_id, []), key=lambda r: (r[1].at, r[0]))
+            total, keep_from = 0, len(rows)
+            while keep_from > 0:
+                rec = rows[keep_from - 1][1]
+                if rec.stream == DROPPED_STREAM:
+                    break
+                total += log_size(rec.line)
+                if total > max_bytes:
+                    break
+                keep_from -= 1
+            gone = rows[:keep_from]
+            if not gone:
+                return 0
+            dropped = sum(1 for _, r in gone if r.stream != DROPPED_STREAM)
+            before = sum(dropped_count(r.line) for _, r in gone if r.stream == DROPPED_STREAM)
+            seq, last = gone[-1]
+            marker = LogRecord(last.at, DROPPED_STREAM, dropped_marker(before + dropped))
+            self._logs[task_id] = [(seq, marker), *rows[keep_from:]]
+            return dropped
 
     def logs(
         self, task_id: str, *, limit: int | None = None, since: datetime | None = None

@@ -112,6 +112,29 @@ class LogRecord:
     level: str | None = None
 
 
+#: The ``stream`` of the marker line that stands for lines no longer kept.
+DROPPED_STREAM = "dropped"
+#: What one log line costs a store beside its text (time, stream, task id, indexes):
+#: the per-task log budget counts ``len(line) + LOG_ROW_OVERHEAD`` per line.
+LOG_ROW_OVERHEAD = 100
+
+
+def log_size(line: str) -> int:
+    """What a line counts against a task's log budget."""
+    return len(line) + LOG_ROW_OVERHEAD
+
+
+def dropped_marker(n: int) -> str:
+    """The marker line's text for ``n`` lines dropped (oldest first)."""
+    return f"… {n} lines dropped"
+
+
+def dropped_count(line: str) -> int:
+    """The ``n`` of a marker line (0 for any other text)."""
+    parts = line.split(" ")
+    return int(parts[1]) if len(parts) > 2 and parts[1].isdigit() else 0
+
+
 @dataclass(frozen=True, slots=True)
 class EventRecord:
     """One persisted event. ``payload`` is a JSON object; ``task_id`` is None for
@@ -247,6 +270,13 @@ class TaskStore(Protocol):
         ...
 
     def append_logs(self, task_id: str, lines: Sequence[LogRecord]) -> None: ...
+
+    def trim_logs(self, task_id: str, max_bytes: int) -> int:
+        """Keep the newest lines of the task that fit ``max_bytes`` (``log_size`` each);
+        the older ones are replaced by one marker line (stream ``dropped``, "… N lines
+        dropped", N counting every line dropped so far) that sorts first. Returns the
+        number of lines dropped by this call."""
+        ...
 
     def logs(
         self, task_id: str, *, limit: int | None = None, since: datetime | None = None

@@ -41,6 +41,7 @@ from chongming_nb.core.models import (
 )
 from chongming_nb.core.states import RequestedAction, TaskStatus
 from chongming_nb.stores.protocol import (
+    DROPPED_STREAM,
     EventRecord,
     LogRecord,
     OwnerRecord,
@@ -489,6 +490,22 @@ class StoreContract:
         expect_eq(store.logs("l", since=at(1)), lines[2:], "since is strict")
         expect_eq(store.logs("l", since=at(1), limit=1), lines[3:], "since + limit")
         expect_eq(store.logs("none"), [], "unknown task")
+
+    def case_trim_logs(self, store: TaskStore) -> None:
+        line = "x" * 900  # each counts 1,000 against the budget (LOG_ROW_OVERHEAD 100)
+        recs = [LogRecord(at(i), "stdout", f"{i:03d}{line[3:]}") for i in range(10)]
+        store.append_logs("t", recs)
+        store.append_logs("other", recs[:3])
+        expect_eq(store.trim_logs("t", 100_000), 0, "within the budget: nothing dropped")
+        expect_eq(store.trim_logs("t", 3_500), 7, "the 7 oldest lines dropped")
+        marker = LogRecord(at(6), DROPPED_STREAM, "… 7 lines dropped")
+        expect_eq(store.logs("t"), [marker, *recs[7:]], "a marker first, then the newest")
+        store.append_logs("t", [LogRecord(at(20), "stdout", line)])
+        expect_eq(store.trim_logs("t", 2_000), 2, "a second trim counts on")
+        expect_eq(store.logs("t")[0].line, "… 9 lines dropped", "the marker says 9 in all")
+        expect_eq(len(store.logs("t")), 3, "marker and the 2 newest")
+        expect_eq(len(store.logs("other")), 3, "other tasks untouched")
+        expect_eq(store.trim_logs("none", 10), 0, "unknown task")
 
     def case_events(self, store: TaskStore) -> None:
         e1 = EventRecord("e1", "a", at(1), "created", {"k": [1, 2]})
