@@ -284,7 +284,7 @@ def _redraw_once(page: Any) -> dict[str, float]:
                       s.value = 'status:blocked'; s.dispatchEvent(new Event('change')); }""",
         select,
     )
-    page.wait_for_function(f"() => document.querySelectorAll('{PANEL} li.cm-TaskRow').length === 0")
+    page.wait_for_function(f"() => document.querySelectorAll('{PANEL} li.cm-Row').length === 0")
     t0 = float(
         page.evaluate(
             """(sel) => { const s = document.querySelector(sel); const t = performance.now();
@@ -292,7 +292,7 @@ def _redraw_once(page: Any) -> dict[str, float]:
             select,
         )
     )
-    page.wait_for_function(f"() => document.querySelectorAll('{PANEL} li.cm-TaskRow').length > 0")
+    page.wait_for_function(f"() => document.querySelectorAll('{PANEL} li.cm-Row').length > 0")
     settled = page.evaluate(SETTLED, t0)
     return {"render_ms": float(settled["total"]), "busy_ms": float(settled["busy"])}
 
@@ -354,19 +354,21 @@ def browser_run(clicks: int, n_store: int, refreshes: int, workdir: Path) -> dic
                 timeout=120_000,
             )
             _open_panel(page)
-            row = f'{PANEL} li.cm-TaskRow[data-task-id="{task_id}"]'
+            row = f'{PANEL} li.cm-Row[data-task-id="{task_id}"]'
             page.locator(row).wait_for()
             page.evaluate(OBSERVE, PANEL)
-            out["rows_listed"] = page.locator(f"{PANEL} li.cm-TaskRow").count()
+            out["rows_listed"] = page.locator(f"{PANEL} li.cm-Row").count()
 
             # --- click -> store
             latencies: list[float] = []
             first_change: list[float] = []
             for i in range(clicks):
                 verb, want = ("pause", S.PAUSED) if i % 2 == 0 else ("resume", S.RUNNING)
-                button = f'{row} button[data-verb="{verb}"]'
+                # the row's own button (inline, or in its ⋯ menu when narrow: the same
+                # handler), offered once the verb is allowed
+                button = f'{row} .cm-Row-actions button[data-verb="{verb}"]'
                 page.wait_for_function(
-                    "(sel) => { const b = document.querySelector(sel); return b && !b.disabled; }",
+                    "(sel) => { const b = document.querySelector(sel); return b && !b.hidden; }",
                     arg=button,
                     timeout=30_000,
                 )
@@ -389,10 +391,14 @@ def browser_run(clicks: int, n_store: int, refreshes: int, workdir: Path) -> dic
             # --- refresh with the full store
             out["refresh"] = [_refresh_once(page) for _ in range(refreshes)]
             out["redraw"] = [_redraw_once(page) for _ in range(max(1, refreshes // 3))]
+            # the same redraw in a 360 px window (the panel as wide as the window allows)
+            page.set_viewport_size({"width": NARROW_WINDOW_PX, "height": 900})
+            out["redraw_narrow"] = [_redraw_once(page) for _ in range(max(1, refreshes // 3))]
+            page.set_viewport_size({"width": 1400, "height": 900})
             # the rows the panel lists (the windowed list keeps only those in view in
             # the DOM, so they are counted in the listing, not as elements)
             out["rows_listed"] = _listed_rows(lab)
-            out["rows_in_dom"] = page.locator(f"{PANEL} li.cm-TaskRow").count()
+            out["rows_in_dom"] = page.locator(f"{PANEL} li.cm-Row").count()
             out["listing_ms_page_open"] = _listing_ms(lab, 3)
             context.close()
             out["listing_ms"] = _listing_ms(lab, 3)
@@ -479,6 +485,7 @@ def run(size: str) -> list[dict[str, Any]]:
                 ),
                 _render_placeholder("refresh"),
                 _render_placeholder("redraw"),
+                _render_placeholder(f"redraw, {NARROW_WINDOW_PX} px window"),
             ]
         try:
             b = browser_run(clicks, int(p["store_tasks"]), int(p["refreshes"]), workdir)
@@ -529,6 +536,11 @@ def run(size: str) -> list[dict[str, Any]]:
     for key, label in (
         ("refresh", "Refresh clicked: listing response read -> panel DOM settled"),
         ("redraw", "full redraw of the list (filter to none, back to all) -> DOM settled"),
+        (
+            "redraw_narrow",
+            f"the same full redraw in a {NARROW_WINDOW_PX} px window (narrow rows, "
+            "actions in the ⋯ menu)",
+        ),
     ):
         samples: list[dict[str, float]] = b[key]
         totals = [s["render_ms"] for s in samples]
@@ -551,6 +563,10 @@ def run(size: str) -> list[dict[str, Any]]:
             )
         )
     return rows
+
+
+#: the narrow window of the narrow-width render row
+NARROW_WINDOW_PX = 360
 
 
 def _render_placeholder(which: str) -> dict[str, Any]:

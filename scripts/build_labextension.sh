@@ -4,10 +4,14 @@
 #
 #   1. JS dependencies: `jlpm install` when node_modules is missing or older than
 #      package.json / yarn.lock (the npm registry is only needed then).
-#   2. Build: `tsc` + `jupyter-builder build` (@jupyter/builder, rspack), skipped when
-#      the stamp (a hash of labextension/src, style, package.json, yarn.lock, tsconfig,
-#      .yarnrc.yml and this script) matches the last successful build and the output
-#      exists. CHONGMING_FORCE_LABEXTENSION=1 rebuilds anyway.
+#   2. Build: `tsc`, the notebook widget's bundle (`node build-widget.mjs`: esbuild writes
+#      chongming_nb/notebook/static/widget.{js,css} from src/widget.ts, the shared row
+#      module and style/row.css; committed, and checked fresh by
+#      tests/notebook/test_nb_front_end.py) and `jupyter-builder build` (@jupyter/builder,
+#      rspack), skipped when the stamp (a hash of labextension/src, style, package.json,
+#      yarn.lock, tsconfig, .yarnrc.yml, build-widget.mjs and this script) matches the
+#      last successful build and the output exists. CHONGMING_FORCE_LABEXTENSION=1
+#      rebuilds anyway.
 #   3. Editable installs: the wheel's data files (share/jupyter/labextensions/chongming-nb
 #      and etc/jupyter/jupyter_server_config.d/chongming_nb.json) were copied into the venv
 #      when it was installed, possibly before this build; the copy is refreshed whenever it
@@ -43,7 +47,7 @@ source_hash() {
     (
         cd "$EXT"
         find src style -type f -print0 | sort -z | xargs -0 sha256sum
-        sha256sum package.json yarn.lock tsconfig.json .yarnrc.yml "$SELF"
+        sha256sum package.json yarn.lock tsconfig.json .yarnrc.yml build-widget.mjs "$SELF"
     ) | sha256sum | cut -c1-32
 }
 
@@ -62,8 +66,9 @@ if [[ "${CHONGMING_FORCE_LABEXTENSION:-}" != 1 && -f "$STAMP" && -f "$OUT/packag
     "$(cat "$STAMP")" == "$hash" ]]; then
     log "up to date ($hash)"
 else
-    log "building (tsc + jupyter-builder build)"
+    log "building (tsc + widget bundle + jupyter-builder build)"
     jlpm run build:lib
+    jlpm run build:widget
     jupyter-builder build . >&2
     [[ -f "$OUT/package.json" ]] || {
         log "build produced no $OUT/package.json"

@@ -147,6 +147,17 @@ def progress_fields(
     }
 
 
+def average_rate(snap: TaskSnapshot) -> float | None:
+    """Units per second over the current attempt, from its start to the last progress
+    report (what a reader with one snapshot and no history can say; the widget's
+    :class:`RateTracker` follows the recent rate instead)."""
+    prog = snap.progress
+    if prog is None or prog.updated_at is None or snap.started_at is None or not prog.done:
+        return None
+    secs = (prog.updated_at - snap.started_at).total_seconds()
+    return float(prog.done) / secs if secs > 0 else None
+
+
 def build_row(
     snap: TaskSnapshot,
     can: Mapping[str, tuple[bool, str | None]],
@@ -157,7 +168,11 @@ def build_row(
     """One row (keys: :data:`chongming_nb.notebook.schema.ROW_FIELDS`)."""
     failure = None
     if snap.failure is not None:
-        failure = {"kind": str(snap.failure.kind), "message": clip(snap.failure.message)}
+        failure = {
+            "kind": str(snap.failure.kind),
+            "message": clip(snap.failure.message),
+            "exception_type": snap.failure.exception_type,
+        }
     by, note = end_fields(snap)
     return {
         "id": snap.task_id,

@@ -9,7 +9,7 @@ Messages, front end -> kernel (custom widget messages)::
 
     {"type": "action", "action": <verb>, "task_id": <str>, "request_id": <int>,
      "key": <str, optional>}
-    {"type": "bulk",   "action": "pause"|"stop", "request_id": <int>}
+    {"type": "bulk",   "action": "pause"|"resume"|"stop", "request_id": <int>}
     {"type": "detail", "task_id": <str>, "request_id": <int>}     # logs + traceback
     {"type": "sync",   "request_id": <int>}                        # resend full state
 
@@ -47,10 +47,33 @@ TERMINAL_STATUSES: Final[tuple[str, ...]] = tuple(s for s in STATUSES if TaskSta
 #: How a badge is coloured (the CSS knows tones only): one table, in the core.
 STATUS_TONES: Final[Mapping[str, str]] = _STATUS_TONES
 
+#: Statuses a person ends a task with (drawn neutral, never as an error; the row says
+#: who and when).
+PERSON_ENDED_STATUSES: Final[tuple[str, ...]] = ("stopped", "cancelled", "skipped")
+
+#: Words for a status in a row (display only; the status name is what is compared).
+STATUS_LABELS: Final[Mapping[str, str]] = {s: s.replace("_", " ") for s in STATUSES}
+
+#: A board's default order: rank of each status (running first, then paused, queued,
+#: finished; newest first inside a rank).
+BOARD_RANKS: Final[Mapping[str, int]] = {
+    "starting": 0,
+    "running": 0,
+    "pausing": 0,
+    "stopping": 0,
+    "paused": 1,
+    "pending": 2,
+    "blocked": 2,
+    "queued": 2,
+    "retry_wait": 2,
+    **dict.fromkeys(TERMINAL_STATUSES, 3),
+}
+
 #: The per-row verbs (the control plane's verbs, from the core).
 VERBS: Final[tuple[str, ...]] = tuple(CONTROL_VERBS)
-#: Verbs the "pause all" / "stop all" buttons send for the whole table.
-BULK_VERBS: Final[tuple[str, ...]] = ("pause", "stop")
+#: Verbs the "Pause all" / "Resume all" / "Stop all" buttons send for the whole table
+#: (the kernel applies each to every task whose ``can`` allows it).
+BULK_VERBS: Final[tuple[str, ...]] = ("pause", "resume", "stop")
 #: Human labels for the buttons (display only; the verb is what is sent).
 VERB_LABELS: Final[Mapping[str, str]] = {
     "pause": "Pause",
@@ -76,33 +99,67 @@ KINDS: Final[tuple[str, ...]] = ("task", "run", "board")
 SNAPSHOT_MIME: Final = "application/vnd.chongming.tasks+json"
 WIDGET_MIME: Final = "application/vnd.jupyter.widget-view+json"
 
-#: Keys of one row as sent to the front end.
-ROW_FIELDS: Final[tuple[str, ...]] = (
-    "id",  # task id
-    "name",
-    "status",
-    "version",  # status_version
-    "attempt",
-    "max_attempts",
-    "done",
-    "total",  # None when unknown
-    "unit",
-    "message",  # last progress message or last log line
-    "rate",  # units per second, None when unknown
-    "eta",  # seconds, None when unknown
-    "created",  # epoch ms
-    "started",  # epoch ms of the current/last attempt, None before the first
-    "ended",  # epoch ms, None while not terminal
-    "failure",  # {"kind", "message"} or None (a stop is not a failure: None)
-    "ended_by",  # stopped/cancelled/skipped: who asked, one of ACTOR_SOURCES; else None
-    "end_reason",  # the reason they gave (or what the executor had to do), or None
-    "has_tb",  # a traceback can be fetched with a "detail" request
-    "tags",
-    "run",  # pipeline run id or None
-    "starts",  # epoch ms a delayed task may start (delay= / not_before=), else None
-    "requested",  # "stop" | "pause" | None while on its way
-    "can",  # {verb: bool} for every verb in VERBS
-)
+#: One row as sent to the front end: key -> its TypeScript type. The one definition of
+#: the row shape: ``scripts/gen_ts_contract.py`` writes the ``TaskRow`` interface of
+#: ``labextension/src/contract.ts`` from it, and the widget and the sidebar both draw
+#: rows of this shape (the sidebar's rows add :data:`LISTING_ROW_TYPES`).
+ROW_TYPES: Final[Mapping[str, str]] = {
+    "id": "string",  # task id
+    "name": "string",
+    "status": "TaskStatus",
+    "version": "number",  # status_version
+    "attempt": "number",
+    "max_attempts": "number",
+    "done": "number",
+    "total": "number | null",  # None when unknown
+    "unit": "string | null",
+    "message": "string | null",  # last progress message or last log line
+    "rate": "number | null",  # units per second, None when unknown
+    "eta": "number | null",  # seconds, None when unknown
+    "created": "number | null",  # epoch ms
+    "started": "number | null",  # epoch ms of the current/last attempt, None before the first
+    "ended": "number | null",  # epoch ms, None while not terminal
+    "failure": "RowFailure | null",  # None for a stop: a stop is not a failure
+    "ended_by": "ActorSource | null",  # stopped/cancelled/skipped: who asked; else None
+    "end_reason": "string | null",  # the reason they gave (or what the executor had to do)
+    "has_tb": "boolean",  # a traceback can be fetched with a "detail" request
+    "tags": "string[]",
+    "run": "string | null",  # pipeline run id or None
+    "starts": "number | null",  # epoch ms a delayed task may start (delay= / not_before=)
+    "requested": "string | null",  # "stop" | "pause" | None while on its way
+    "can": "Record<ControlVerb, boolean>",  # for every verb in VERBS
+}
+#: Keys of one row, in order.
+ROW_FIELDS: Final[tuple[str, ...]] = tuple(ROW_TYPES)
+
+#: ``failure`` of a row.
+FAILURE_TYPES: Final[Mapping[str, str]] = {
+    "kind": "string",
+    "message": "string",
+    "exception_type": "string | null",
+    "traceback?": "string | null",  # only in a task's details
+}
+
+#: What a row of the server's listing (the Tasks sidebar) adds to :data:`ROW_TYPES`.
+LISTING_ROW_TYPES: Final[Mapping[str, str]] = {
+    "why": "Partial<Record<ControlVerb, string>>",  # why a verb is not allowed now
+    "owner": "string | null",  # the controller's "host:pid:kernel_id"
+    "host": "string | null",
+    "pid": "number | null",
+    "kernel_id": "string | null",
+    "notebook": "string | null",  # the session path of the owning kernel, when known
+    "kernel_gone": "boolean",  # the kernel owning this unfinished task restarted or died
+    "kernel_gone_reason": "string | null",
+}
+
+#: Tooltips of the verb buttons (what a click does; the kernel still validates it).
+VERB_TIPS: Final[Mapping[str, str]] = {
+    "pause": "Pause at the next checkpoint (a running task finishes its current step)",
+    "resume": "Resume where it paused",
+    "stop": "Stop: ask it to end at the next checkpoint (not counted as a failure)",
+    "retry": "Run it again as a new attempt",
+    "skip": "Skip it: mark it done without running it",
+}
 
 #: Request ids are JSON integers in this range (JavaScript's safe integers).
 MAX_REQUEST_ID: Final = 2**53 - 1
@@ -235,4 +292,21 @@ def schema_for_js() -> dict[str, Any]:
         "actor_sources": list(ACTOR_SOURCES),
         "actor_labels": dict(ACTOR_SOURCE_LABELS),
         "ping_ms": int(PING_SECONDS * 1000),
+        "row_types": dict(ROW_TYPES),
+        "listing_row_types": dict(LISTING_ROW_TYPES),
+        "failure_types": dict(FAILURE_TYPES),
+        "status_labels": dict(STATUS_LABELS),
+        "board_ranks": dict(BOARD_RANKS),
+        "verb_tips": dict(VERB_TIPS),
+        "person_ended": list(PERSON_ENDED_STATUSES),
     }
+
+
+def schema_hash() -> str:
+    """A short hash of :func:`schema_for_js`: the generated TypeScript contract carries
+    it, and a widget whose compiled contract differs from its kernel's says so."""
+    import hashlib
+    import json
+
+    text = json.dumps(schema_for_js(), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -235,6 +235,12 @@ def _matches(snap: TaskSnapshot, query: Mapping[str, Any]) -> bool:
     return prefix is None or snap.name.startswith(prefix)
 
 
+def _max_parallel(ctl: Any) -> int | None:
+    """The controller's ``concurrency.max_parallel``, when it has one."""
+    limit = getattr(getattr(ctl, "concurrency", None), "max_parallel", None)
+    return limit if isinstance(limit, int) and not isinstance(limit, bool) else None
+
+
 class TaskTable(anywidget.AnyWidget):
     """A live table of tasks: a single task (``kind="task"``), a pipeline run (``"run"``)
     or a board (``"board"``). One model, whatever the number of rows."""
@@ -248,6 +254,8 @@ class TaskTable(anywidget.AnyWidget):
     rows: traitlets.List[Any] = traitlets.List().tag(sync=True)
     rows_seq = traitlets.Int(0).tag(sync=True)
     rows_at = traitlets.Float(0.0).tag(sync=True)  # epoch ms of the state in ``rows``
+    #: the controller's concurrency limit (tasks running at once), shown in the summary
+    max_parallel = traitlets.Int(None, allow_none=True).tag(sync=True)
 
     def __init__(
         self,
@@ -330,7 +338,8 @@ class TaskTable(anywidget.AnyWidget):
         # full interval away
         self._next_full = self._clock.monotonic() + self._full_interval(len(initial))
         super().__init__(
-            schema=S.schema_for_js(),
+            schema={**S.schema_for_js(), "hash": S.schema_hash()},
+            max_parallel=_max_parallel(ctl),
             kind=kind,
             title=title or "",
             rows=initial,
@@ -750,7 +759,9 @@ class TaskTable(anywidget.AnyWidget):
             with self._lock:
                 self._dirty.add(tid)
         self._request_flush()
-        verb = {"pause": "paused", "stop": "stopped"}.get(req.action, req.action)
+        verb = {"pause": "paused", "resume": "resumed", "stop": "stopped"}.get(
+            req.action, req.action
+        )
         reason = f"{verb} {applied} task{'s' if applied != 1 else ''}"
         if refused:
             reason += f"; {refused} refused"

@@ -4,20 +4,25 @@
 committed, and ``tests/server/test_contract.py`` fails when the committed file differs
 from a fresh generation. Regenerate with ``python scripts/gen_ts_contract.py``.
 
-Only names and values shared by both sides live here: task status values, the terminal
-and revivable sets, the control verbs and the REST namespace. Nothing in this module
-imports the server (tornado, jupyter_server), so the generator runs anywhere.
+Everything both sides share lives here: task status values, the terminal and revivable
+sets, the control verbs and the REST namespace, and from
+:mod:`chongming_nb.notebook.schema` the row shape (``TaskRow``, the sidebar's
+``ListingRow``), status labels, tones and board order, verb labels and tooltips, the
+widget's message types and the schema hash. The widget (``src/widget.ts``) and the
+sidebar draw rows from this one file. Nothing in this module imports the server
+(tornado, jupyter_server) or a widget library, so the generator runs anywhere.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from chongming_nb.core.models import ACTOR_SOURCE_LABELS, ACTOR_SOURCES
 from chongming_nb.core.state_machine import CONTROL_VERBS
 from chongming_nb.core.states import OCCUPIED, REVIVABLE, TERMINAL, TaskStatus
+from chongming_nb.notebook import schema as S
 from chongming_nb.notebook.schema import SNAPSHOT_MIME, STATUS_TONES, WIDGET_MIME
 
 #: Where every route of the server extension lives, relative to the server's base URL.
@@ -45,6 +50,16 @@ def _ts_list(values: Iterable[str]) -> str:
 
 def _set(values: Iterable[TaskStatus]) -> str:
     return _ts_list(_ordered(values))
+
+
+def _ts_record(name: str, key_type: str, value_type: str, values: Mapping[str, object]) -> str:
+    body = json.dumps(dict(values), indent=2, ensure_ascii=False)
+    return f"export const {name}: Readonly<Record<{key_type}, {value_type}>> = {body};"
+
+
+def _ts_interface(name: str, types: Mapping[str, str], extends: str | None = None) -> list[str]:
+    head = f"export interface {name}" + (f" extends {extends}" if extends else "") + " {"
+    return [head, *(f"  {key}: {ts};" for key, ts in types.items()), "}"]
 
 
 def render_contract() -> str:
@@ -100,6 +115,46 @@ def render_contract() -> str:
         "export function isControlVerb(verb: string): verb is ControlVerb {",
         "  return (CONTROL_VERBS as readonly string[]).includes(verb);",
         "}",
+        "",
+        "// ---- rows and the widget's messages (chongming_nb.notebook.schema)",
+        "",
+        f"export const SCHEMA_VERSION = {S.SCHEMA_VERSION};",
+        "",
+        "// the hash of the kernel's schema_for_js(); a widget compares it with its kernel's",
+        f"export const SCHEMA_HASH = {json.dumps(S.schema_hash())};",
+        "",
+        *_ts_interface("RowFailure", S.FAILURE_TYPES),
+        "",
+        "// one task row, as the widget gets it and as the sidebar's rows begin",
+        *_ts_interface("TaskRow", S.ROW_TYPES),
+        "",
+        f"export const ROW_FIELDS = {_ts_list(S.ROW_FIELDS)} as const;",
+        "",
+        "// a row of the server's listing (the Tasks sidebar)",
+        *_ts_interface("ListingRow", S.LISTING_ROW_TYPES, extends="TaskRow"),
+        "",
+        _ts_record("STATUS_LABELS", "TaskStatus", "string", S.STATUS_LABELS),
+        "",
+        "// a board's default order: lower ranks first, newest first inside a rank",
+        _ts_record("BOARD_RANKS", "TaskStatus", "number", S.BOARD_RANKS),
+        "",
+        _ts_record("VERB_LABELS", "ControlVerb", "string", S.VERB_LABELS),
+        "",
+        _ts_record("VERB_TIPS", "ControlVerb", "string", S.VERB_TIPS),
+        "",
+        "// statuses a person ends a task with: neutral, and the row says who and when",
+        "export const PERSON_ENDED_STATUSES: readonly TaskStatus[] = "
+        f"{_ts_list(S.PERSON_ENDED_STATUSES)};",
+        "",
+        f"export const BULK_VERBS: readonly ControlVerb[] = {_ts_list(S.BULK_VERBS)};",
+        "",
+        f"export const CLIENT_TYPES = {_ts_list(S.CLIENT_TYPES)} as const;",
+        "",
+        f"export const SERVER_TYPES = {_ts_list(S.SERVER_TYPES)} as const;",
+        "",
+        f"export const TABLE_KINDS = {_ts_list(S.KINDS)} as const;",
+        "",
+        f"export const PING_MS = {int(S.PING_SECONDS * 1000)};",
         "",
     ]
     return "\n".join(lines)

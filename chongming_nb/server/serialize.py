@@ -8,8 +8,9 @@ from datetime import datetime
 from typing import Any
 
 from chongming_nb.control.ownership import OwnerId
-from chongming_nb.core.models import AttemptRecord, Command, TaskSnapshot, Transition, end_summary
+from chongming_nb.core.models import AttemptRecord, Command, TaskSnapshot, Transition
 from chongming_nb.core.state_machine import CONTROL_VERBS, StateMachine
+from chongming_nb.notebook.rows import average_rate, build_row
 from chongming_nb.stores.protocol import EventRecord, LogRecord, OwnerRecord
 
 
@@ -101,72 +102,33 @@ def task_row(
     flags: CanFlags | None = None,
     gone: str | None = None,
 ) -> dict[str, Any]:
-    """One task as the sidebar lists it; ``flags`` shares the ``can`` answers of a
-    listing's rows (see ``CanFlags``). ``gone``: why the task's owning kernel is gone
+    """One task as the sidebar lists it: the row the widget draws
+    (:func:`chongming_nb.notebook.rows.build_row`, keys ``schema.ROW_TYPES``) plus
+    ``schema.LISTING_ROW_TYPES``; ``flags`` shares the ``can`` answers of a listing's
+    rows (see ``CanFlags``). ``now`` is not read: a row says when things happened, the
+    front end counts. ``gone``: why the task's owning kernel is gone
     (``server.liveness``): the row says "kernel gone" and no verb is possible."""
     host, pid, kernel = parse_owner(snap.lease_owner)
     rec = owners.get(snap.lease_owner) if snap.lease_owner else None
     if rec is not None:
         host, pid, kernel = rec.host, rec.pid, rec.kernel_id or kernel
-    terminal = snap.is_terminal
-    duration: float | None = None
-    if snap.started_at is not None:
-        end = snap.ended_at or (None if terminal else now)
-        if end is not None:
-            duration = max(0.0, (end - snap.started_at).total_seconds())
-    p = snap.progress
-    progress = None
-    if p is not None:
-        progress = {
-            "done": p.done,
-            "total": p.total,
-            "unit": p.unit,
-            "message": p.message,
-            "fraction": p.fraction,
-        }
-    f = snap.failure
-    failure = None
-    if f is not None:
-        failure = {
-            "kind": f.kind.value,
-            "message": f.message,
-            "exception_type": f.exception_type,
-        }
     can, why = can_flags(sm, snap) if flags is None else flags(snap)
     if gone is not None:
         # nothing would claim a command: every verb waits for reconcile (-> lost)
         can = dict.fromkeys(can, False)
         why = dict.fromkeys(can, f"the kernel that runs it is gone: {gone}")
-    ended_by, end_reason = end_summary(snap)
-    return {
-        "task_id": snap.task_id,
-        "name": snap.name,
-        "status": snap.status.value,
-        "status_version": snap.status_version,
-        "terminal": terminal,
-        "requested_action": None if snap.requested_action is None else snap.requested_action.value,
-        "attempt": snap.attempt,
-        "max_attempts": snap.max_attempts,
-        "progress": progress,
-        "created_at": iso(snap.created_at),
-        "started_at": iso(snap.started_at),
-        "ended_at": iso(snap.ended_at),
-        "duration_s": duration,
-        "failure": failure,
-        "ended_by": ended_by,
-        "end_reason": end_reason,
-        "tags": sorted(snap.tags),
-        "pipeline_run_id": snap.pipeline_run_id,
-        "owner": snap.lease_owner,
-        "host": host,
-        "pid": pid,
-        "kernel_id": kernel,
-        "notebook": sessions.get(kernel) if kernel else None,
-        "kernel_gone": gone is not None,
-        "kernel_gone_reason": gone,
-        "can": can,
-        "why": why,
-    }
+    row = build_row(
+        snap, {verb: (ok, why.get(verb)) for verb, ok in can.items()}, rate=average_rate(snap)
+    )
+    row["why"] = why
+    row["owner"] = snap.lease_owner
+    row["host"] = host
+    row["pid"] = pid
+    row["kernel_id"] = kernel
+    row["notebook"] = sessions.get(kernel) if kernel else None
+    row["kernel_gone"] = gone is not None
+    row["kernel_gone_reason"] = gone
+    return row
 
 
 def task_rows(

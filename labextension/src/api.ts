@@ -6,61 +6,14 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
-import { ActorSource, API_NAMESPACE, ControlVerb, TaskStatus } from './contract';
+import { API_NAMESPACE, ControlVerb, ListingRow } from './contract';
 
-export interface ProgressInfo {
-  done: number;
-  total: number | null;
-  unit: string | null;
-  message: string | null;
-  fraction: number | null;
-}
-
-export interface FailureInfo {
-  kind: string;
-  message: string;
-  exception_type: string | null;
-  traceback?: string | null;
-}
-
-/** One task as the server lists it; `can`/`why` are computed server-side. */
-export interface TaskRow {
-  task_id: string;
-  name: string;
-  status: TaskStatus;
-  status_version: number;
-  terminal: boolean;
-  requested_action: string | null;
-  attempt: number;
-  max_attempts: number;
-  progress: ProgressInfo | null;
-  created_at: string | null;
-  started_at: string | null;
-  ended_at: string | null;
-  /** Seconds the current attempt ran (ended tasks) or had run when the row was built. */
-  duration_s: number | null;
-  failure: FailureInfo | null;
-  /** Stopped, cancelled or skipped: where the verb came from (a stop is not a failure). */
-  ended_by: ActorSource | null;
-  /** The reason given with that verb, or what the executor had to do. */
-  end_reason: string | null;
-  tags: string[];
-  pipeline_run_id: string | null;
-  owner: string | null;
-  host: string | null;
-  pid: number | null;
-  kernel_id: string | null;
-  /** The notebook (session path) of the owning kernel, when a session has it. */
-  notebook: string | null;
-  /** The kernel that owns this unfinished task restarted or died: no verb is possible. */
-  kernel_gone: boolean;
-  kernel_gone_reason: string | null;
-  can: Record<ControlVerb, boolean>;
-  why: Partial<Record<ControlVerb, string>>;
-}
+/** One task as the server lists it: the generated row shape (`ListingRow`, from
+ * `chongming_nb.notebook.schema`); `can`/`why` are computed server-side. */
+export type { ListingRow } from './contract';
 
 export interface TasksResponse {
-  tasks: TaskRow[];
+  tasks: ListingRow[];
   counts: Record<string, number>;
   cursor: number;
   /** kernel id -> session path of every session the server knows. */
@@ -73,7 +26,7 @@ export interface FeedResponse {
   cursor: number;
   /** True when the client's cursor was too old: `tasks` is then the full list. */
   reset: boolean;
-  tasks: TaskRow[];
+  tasks: ListingRow[];
   removed: string[];
   sessions: Record<string, string>;
   now: string;
@@ -112,7 +65,7 @@ export interface LogRow {
 }
 
 export interface TaskDetail {
-  task: TaskRow;
+  task: ListingRow;
   attempts: AttemptRow[];
   history: TransitionRow[];
   logs: LogRow[];

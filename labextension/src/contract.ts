@@ -66,3 +66,125 @@ export function isTerminal(status: string): boolean {
 export function isControlVerb(verb: string): verb is ControlVerb {
   return (CONTROL_VERBS as readonly string[]).includes(verb);
 }
+
+// ---- rows and the widget's messages (chongming_nb.notebook.schema)
+
+export const SCHEMA_VERSION = 1;
+
+// the hash of the kernel's schema_for_js(); a widget compares it with its kernel's
+export const SCHEMA_HASH = "7667301ba939d497";
+
+export interface RowFailure {
+  kind: string;
+  message: string;
+  exception_type: string | null;
+  traceback?: string | null;
+}
+
+// one task row, as the widget gets it and as the sidebar's rows begin
+export interface TaskRow {
+  id: string;
+  name: string;
+  status: TaskStatus;
+  version: number;
+  attempt: number;
+  max_attempts: number;
+  done: number;
+  total: number | null;
+  unit: string | null;
+  message: string | null;
+  rate: number | null;
+  eta: number | null;
+  created: number | null;
+  started: number | null;
+  ended: number | null;
+  failure: RowFailure | null;
+  ended_by: ActorSource | null;
+  end_reason: string | null;
+  has_tb: boolean;
+  tags: string[];
+  run: string | null;
+  starts: number | null;
+  requested: string | null;
+  can: Record<ControlVerb, boolean>;
+}
+
+export const ROW_FIELDS = ["id", "name", "status", "version", "attempt", "max_attempts", "done", "total", "unit", "message", "rate", "eta", "created", "started", "ended", "failure", "ended_by", "end_reason", "has_tb", "tags", "run", "starts", "requested", "can"] as const;
+
+// a row of the server's listing (the Tasks sidebar)
+export interface ListingRow extends TaskRow {
+  why: Partial<Record<ControlVerb, string>>;
+  owner: string | null;
+  host: string | null;
+  pid: number | null;
+  kernel_id: string | null;
+  notebook: string | null;
+  kernel_gone: boolean;
+  kernel_gone_reason: string | null;
+}
+
+export const STATUS_LABELS: Readonly<Record<TaskStatus, string>> = {
+  "pending": "pending",
+  "blocked": "blocked",
+  "queued": "queued",
+  "starting": "starting",
+  "running": "running",
+  "pausing": "pausing",
+  "paused": "paused",
+  "retry_wait": "retry wait",
+  "stopping": "stopping",
+  "succeeded": "succeeded",
+  "failed": "failed",
+  "stopped": "stopped",
+  "cancelled": "cancelled",
+  "skipped": "skipped",
+  "lost": "lost"
+};
+
+// a board's default order: lower ranks first, newest first inside a rank
+export const BOARD_RANKS: Readonly<Record<TaskStatus, number>> = {
+  "starting": 0,
+  "running": 0,
+  "pausing": 0,
+  "stopping": 0,
+  "paused": 1,
+  "pending": 2,
+  "blocked": 2,
+  "queued": 2,
+  "retry_wait": 2,
+  "succeeded": 3,
+  "failed": 3,
+  "stopped": 3,
+  "cancelled": 3,
+  "skipped": 3,
+  "lost": 3
+};
+
+export const VERB_LABELS: Readonly<Record<ControlVerb, string>> = {
+  "pause": "Pause",
+  "resume": "Resume",
+  "stop": "Stop",
+  "retry": "Retry",
+  "skip": "Skip"
+};
+
+export const VERB_TIPS: Readonly<Record<ControlVerb, string>> = {
+  "pause": "Pause at the next checkpoint (a running task finishes its current step)",
+  "resume": "Resume where it paused",
+  "stop": "Stop: ask it to end at the next checkpoint (not counted as a failure)",
+  "retry": "Run it again as a new attempt",
+  "skip": "Skip it: mark it done without running it"
+};
+
+// statuses a person ends a task with: neutral, and the row says who and when
+export const PERSON_ENDED_STATUSES: readonly TaskStatus[] = ["stopped", "cancelled", "skipped"];
+
+export const BULK_VERBS: readonly ControlVerb[] = ["pause", "resume", "stop"];
+
+export const CLIENT_TYPES = ["action", "bulk", "detail", "sync"] as const;
+
+export const SERVER_TYPES = ["ack", "patch", "full", "detail", "ping"] as const;
+
+export const TABLE_KINDS = ["task", "run", "board"] as const;
+
+export const PING_MS = 5000;

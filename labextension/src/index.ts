@@ -31,13 +31,18 @@ export namespace CommandIDs {
   export const open = 'chongming:open-tasks';
   export const refresh = 'chongming:refresh-tasks';
   export const pauseKernel = 'chongming:pause-kernel-tasks';
+  export const resumeKernel = 'chongming:resume-kernel-tasks';
   export const stopKernel = 'chongming:stop-kernel-tasks';
 }
 
+// the Tasks icon: two progress bars, one part-filled, beside a pause sign (not the list
+// lines of the Table of Contents)
 const ICON_SVG =
   '<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16" viewBox="0 0 24 24">' +
   '<g class="jp-icon3" fill="#616161">' +
-  '<path d="M3 5h2v2H3zm4 0h14v2H7zM3 11h2v2H3zm4 0h14v2H7zM3 17h2v2H3zm4 0h9v2H7z"/>' +
+  '<path d="M2 5.5A1.5 1.5 0 0 1 3.5 4h11A1.5 1.5 0 0 1 16 5.5v3A1.5 1.5 0 0 1 14.5 10h-11A1.5 1.5 0 0 1 2 8.5zm2 .5v2h6V6z"/>' +
+  '<path d="M2 15.5A1.5 1.5 0 0 1 3.5 14h11a1.5 1.5 0 0 1 1.5 1.5v3a1.5 1.5 0 0 1-1.5 1.5h-11A1.5 1.5 0 0 1 2 18.5zm2 .5v2h10v-2z"/>' +
+  '<path d="M18 4h1.6v6H18zm2.4 0H22v6h-1.6z"/>' +
   '</g></svg>';
 
 export const tasksIcon = new LabIcon({ name: 'chongming-nb:tasks', svgstr: ICON_SVG });
@@ -136,6 +141,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
       label: 'Pause all tasks of this kernel',
       isEnabled: () => currentKernelId() !== null,
       execute: () => sendAll('pause', 'paused')
+    });
+    app.commands.addCommand(CommandIDs.resumeKernel, {
+      label: 'Resume all tasks of this kernel',
+      isEnabled: () => currentKernelId() !== null,
+      execute: () => sendAll('resume', 'resumed')
     });
     app.commands.addCommand(CommandIDs.stopKernel, {
       label: 'Stop all tasks of this kernel',

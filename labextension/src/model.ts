@@ -9,7 +9,7 @@ import {
   APIError,
   CommandInfo,
   ITasksClient,
-  TaskRow,
+  ListingRow,
   tasksQuery
 } from './api';
 import { ControlVerb, FEED_MAX_WAIT_S } from './contract';
@@ -20,6 +20,8 @@ export interface PendingCommand {
   commandId: string | null;
   state: 'sending' | 'pending' | 'claimed' | 'done' | 'rejected' | 'error';
   message: string | null;
+  /** When `state` last changed (the model's clock, ms): a done command's note fades. */
+  at: number;
 }
 
 export interface ITaskModelOptions {
@@ -56,7 +58,7 @@ export class TaskModel {
     return this._changed;
   }
 
-  get tasks(): TaskRow[] {
+  get tasks(): ListingRow[] {
     return Array.from(this._tasks.values());
   }
 
@@ -95,12 +97,23 @@ export class TaskModel {
     return this._tasks.size;
   }
 
-  task(taskId: string): TaskRow | undefined {
+  task(taskId: string): ListingRow | undefined {
     return this._tasks.get(taskId);
   }
 
   pending(taskId: string): PendingCommand | undefined {
     return this._commands.get(taskId);
+  }
+
+  /** Is a command's note still on show (on its way, refused, or done a moment ago)? */
+  hasNotes(): boolean {
+    const now = this.now();
+    for (const c of this._commands.values()) {
+      if (c.state !== 'done' || now - c.at <= 5000) {
+        return true;
+      }
+    }
+    return false;
   }
 
   /** Replace everything with a fresh listing. */
@@ -121,7 +134,7 @@ export class TaskModel {
   }
 
   /** Apply a batch of changed rows (feed or listing). */
-  applyRows(rows: TaskRow[], removed: string[] = []): void {
+  applyRows(rows: ListingRow[], removed: string[] = []): void {
     this._merge(rows);
     for (const id of removed) {
       this._delete(id);
@@ -175,7 +188,7 @@ export class TaskModel {
    * command queue, and follow the command until it is done or rejected.
    */
   async send(taskId: string, verb: ControlVerb): Promise<PendingCommand> {
-    const entry: PendingCommand = { verb, commandId: null, state: 'sending', message: null };
+    const entry: PendingCommand = { verb, commandId: null, state: 'sending', message: null, at: this.now() };
     this._commands.set(taskId, entry);
     this._changed.emit();
     let info: CommandInfo;
@@ -189,6 +202,7 @@ export class TaskModel {
     }
     entry.commandId = info.command_id;
     entry.state = info.state;
+    entry.at = this.now();
     this._changed.emit();
     const deadline = this.now() + this._commandTimeoutMs;
     while (
@@ -213,9 +227,8 @@ export class TaskModel {
     if (entry.state === 'pending') {
       entry.message = 'no controller has picked it up yet (is the kernel running?)';
     }
-    if (entry.state === 'done' && this._commands.get(taskId) === entry) {
-      this._commands.delete(taskId);
-    }
+    // a done command stays for its note to fade (the row drops it after a few seconds)
+    entry.at = this.now();
     this._changed.emit();
     return entry;
   }
@@ -223,7 +236,7 @@ export class TaskModel {
   /** Send `verb` to every task of `kernelId` that allows it; returns how many were sent. */
   async sendToKernel(kernelId: string, verb: ControlVerb): Promise<number> {
     const targets = this.tasks.filter(t => t.kernel_id === kernelId && t.can[verb]);
-    await Promise.all(targets.map(t => this.send(t.task_id, verb)));
+    await Promise.all(targets.map(t => this.send(t.id, verb)));
     return targets.length;
   }
 
@@ -242,11 +255,11 @@ export class TaskModel {
     Signal.clearData(this);
   }
 
-  private _merge(rows: TaskRow[]): void {
+  private _merge(rows: ListingRow[]): void {
     for (const row of rows) {
-      const old = this._tasks.get(row.task_id);
+      const old = this._tasks.get(row.id);
       // a stale answer never overwrites a newer status
-      if (old && old.status_version > row.status_version) {
+      if (old && old.version > row.version) {
         continue;
       }
       const path = row.kernel_id ? this._sessions.get(row.kernel_id) : undefined;
@@ -255,15 +268,15 @@ export class TaskModel {
   }
 
   /** Store a row; bump the layout revision when it is new or moves in a listing. */
-  private _put(row: TaskRow, old: TaskRow | undefined): void {
-    this._tasks.set(row.task_id, row);
+  private _put(row: ListingRow, old: ListingRow | undefined): void {
+    this._tasks.set(row.id, row);
     if (
       old === undefined ||
       old.status !== row.status ||
       old.name !== row.name ||
       old.notebook !== row.notebook ||
       old.kernel_id !== row.kernel_id ||
-      old.created_at !== row.created_at
+      old.created !== row.created
     ) {
       this._layoutRevision += 1;
     }
@@ -320,7 +333,7 @@ export class TaskModel {
   private _retryDelayMs: number;
   private _commandPollMs: number;
   private _commandTimeoutMs: number;
-  private _tasks = new Map<string, TaskRow>();
+  private _tasks = new Map<string, ListingRow>();
   private _layoutRevision = 0;
   private _skewMs = 0;
   private _sessions = new Map<string, string>();

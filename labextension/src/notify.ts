@@ -7,7 +7,8 @@
  * The decision is a pure class (`EndWatcher`) fed with the rows the Tasks model already
  * holds; nothing here polls on its own or runs code in a kernel.
  */
-import { TaskRow } from './api';
+import { ListingRow as TaskRow, STATUS_TONES, TaskStatus, isTerminal } from './contract';
+import { formatDuration } from './format';
 
 export interface INotifySettings {
   /** Work that ran at least this long is announced when it ends (seconds). */
@@ -32,21 +33,16 @@ export interface IEnded {
   kind: 'success' | 'error' | 'info';
 }
 
-const KIND: Record<string, IEnded['kind']> = {
-  succeeded: 'success',
-  failed: 'error',
-  lost: 'error'
-};
+/** The notification's kind follows the status's tone (the generated contract's). */
+const KIND_OF_TONE: Record<string, IEnded['kind']> = { ok: 'success', bad: 'error' };
 
+function kindOf(status: string): IEnded['kind'] {
+  return KIND_OF_TONE[STATUS_TONES[status as TaskStatus]] ?? 'info';
+}
+
+/** The one duration format of the rows (`2m05s`). */
 export function formatSeconds(seconds: number): string {
-  const s = Math.round(seconds);
-  if (s < 60) {
-    return `${s}s`;
-  }
-  const h = Math.floor(s / 3600);
-  const m = Math.floor((s % 3600) / 60);
-  const r = s % 60;
-  return h > 0 ? `${h}h${String(m).padStart(2, '0')}m` : `${m}m${String(r).padStart(2, '0')}s`;
+  return formatDuration(Math.round(seconds));
 }
 
 export function describeEnd(end: IEnded): string {
@@ -75,9 +71,9 @@ export class EndWatcher {
     const out: IEnded[] = [];
     const after = Math.max(0, settings.notifyAfterSeconds);
     for (const row of all) {
-      if (!row.terminal) {
-        this._open.add(row.task_id);
-        const run = row.pipeline_run_id;
+      if (!isTerminal(row.status)) {
+        this._open.add(row.id);
+        const run = row.run;
         if (run !== null && !this._done.has(`run:${run}`)) {
           this._openRuns.add(run);
         }
@@ -85,8 +81,8 @@ export class EndWatcher {
     }
     const runs = new Map<string, TaskRow[]>();
     for (const row of all) {
-      const id = row.task_id;
-      const run = row.pipeline_run_id;
+      const id = row.id;
+      const run = row.run;
       if (run !== null && this._openRuns.has(run)) {
         let list = runs.get(run);
         if (list === undefined) {
@@ -94,7 +90,7 @@ export class EndWatcher {
         }
         list.push(row);
       }
-      if (!row.terminal || !this._open.has(id) || this._done.has(id)) {
+      if (!isTerminal(row.status) || !this._open.has(id) || this._done.has(id)) {
         continue;
       }
       this._done.add(id); // decided once, announced or not
@@ -102,7 +98,8 @@ export class EndWatcher {
       if (run !== null) {
         continue; // its run is announced as a whole
       }
-      const seconds = row.duration_s ?? 0;
+      const seconds =
+        row.started !== null && row.ended !== null ? Math.max(0, (row.ended - row.started) / 1000) : 0;
       if (seconds >= after) {
         out.push({
           key: id,
@@ -110,19 +107,19 @@ export class EndWatcher {
           outcome: row.status,
           seconds,
           notebook: row.notebook,
-          kind: KIND[row.status] ?? 'info'
+          kind: kindOf(row.status)
         });
       }
     }
     for (const [run, list] of runs) {
-      if (!list.every(r => r.terminal)) {
+      if (!list.every(r => isTerminal(r.status))) {
         continue;
       }
       const key = `run:${run}`;
       this._done.add(key);
       this._openRuns.delete(run);
-      const starts = list.map(r => Date.parse(r.started_at ?? r.created_at ?? '')).filter(isFinite);
-      const ends = list.map(r => Date.parse(r.ended_at ?? '')).filter(isFinite);
+      const starts = list.map(r => r.started ?? r.created ?? NaN).filter(isFinite);
+      const ends = list.map(r => r.ended ?? NaN).filter(isFinite);
       const seconds =
         starts.length && ends.length ? (Math.max(...ends) - Math.min(...starts)) / 1000 : 0;
       if (seconds >= after) {
@@ -133,7 +130,7 @@ export class EndWatcher {
           outcome,
           seconds,
           notebook: list.find(r => r.notebook)?.notebook ?? null,
-          kind: KIND[outcome] ?? 'info'
+          kind: kindOf(outcome)
         });
       }
     }

@@ -1,87 +1,58 @@
 /**
- * Rendering logic of the Tasks panel and the status bar: pure functions plus one keyed
- * list view. Every user-supplied string (task names, messages, tracebacks, logs, paths)
- * goes into the DOM through `textContent` or an attribute, never as markup.
+ * Rendering logic of the Tasks panel and the status bar: pure functions plus one keyed,
+ * windowed list view. The rows themselves are drawn by `row.ts`, the module the notebook
+ * widget draws its rows with too. Every user-supplied string (task names, messages,
+ * tracebacks, logs, paths) goes into the DOM through `textContent` or an attribute,
+ * never as markup.
  */
-import { AttemptRow, LogRow, TaskDetail, TaskRow, TransitionRow } from './api';
+import { AttemptRow, LogRow, TaskDetail, TransitionRow } from './api';
 import {
   ControlVerb,
+  ListingRow,
   OCCUPIED_STATUSES,
+  STATUS_LABELS,
   TASK_STATUSES,
   TaskStatus,
-  isTerminal
+  VERB_LABELS,
+  VERB_TIPS
 } from './contract';
-import { PendingCommand } from './model';
+import {
+  epochMs,
+  formatAttempt,
+  formatClock,
+  formatCount,
+  formatDuration,
+  formatPercent,
+  formatTimestamp
+} from './format';
+import {
+  ROW_VERBS,
+  RowContext,
+  boardCompare,
+  createRow,
+  drawnSignature,
+  endedByPerson,
+  patchRow,
+  rowSignature,
+  setAttr,
+  setClass,
+  setRowContext,
+  setText,
+  statusNote
+} from './row';
 
-/** The buttons each row shows (skip lives in the details view). */
-export const ROW_VERBS: readonly ControlVerb[] = ['pause', 'resume', 'stop', 'retry'];
-
-export const VERB_LABELS: Record<ControlVerb, string> = {
-  pause: 'Pause',
-  resume: 'Resume',
-  stop: 'Stop',
-  retry: 'Retry',
-  skip: 'Skip'
-};
+export { ROW_VERBS };
+export type { RowContext };
 
 export const NO_KERNEL_KEY = '';
 
 // ------------------------------------------------------------------ formatting
 
-export function formatDuration(seconds: number | null | undefined): string {
-  if (seconds === null || seconds === undefined || !Number.isFinite(seconds) || seconds < 0) {
-    return '—';
-  }
-  const s = Math.floor(seconds);
-  if (s < 60) {
-    return `${s}s`;
-  }
-  const m = Math.floor(s / 60);
-  if (m < 60) {
-    return `${m}m ${String(s % 60).padStart(2, '0')}s`;
-  }
-  const h = Math.floor(m / 60);
-  return `${h}h ${String(m % 60).padStart(2, '0')}m`;
-}
-
-/**
- * Seconds the current attempt has run: up to `ended_at` for a finished one, up to the
- * server's `now` (ms since the epoch) for one still going, else the server's figure.
- */
-export function liveDuration(row: TaskRow, serverNow: number): number | null {
-  const started = row.started_at ? Date.parse(row.started_at) : NaN;
-  if (Number.isNaN(started)) {
-    return row.duration_s ?? null;
-  }
-  const ended = row.ended_at ? Date.parse(row.ended_at) : NaN;
-  if (!Number.isNaN(ended)) {
-    return Math.max(0, (ended - started) / 1000);
-  }
-  if (row.terminal) {
-    return row.duration_s ?? null;
-  }
-  return Math.max(0, (serverNow - started) / 1000);
-}
-
-function trimNumber(n: number): string {
-  return Number.isInteger(n) ? String(n) : n.toFixed(1);
-}
-
-export function formatProgress(row: TaskRow): string {
-  const p = row.progress;
-  if (!p) {
-    return '';
-  }
-  const unit = p.unit ? ` ${p.unit}` : '';
-  if (p.total !== null && p.total !== undefined && p.total > 0) {
-    const pct = Math.round(Math.min(1, Math.max(0, p.done / p.total)) * 100);
-    return `${pct}% (${trimNumber(p.done)}/${trimNumber(p.total)}${unit})`;
-  }
-  return `${trimNumber(p.done)}${unit}`;
-}
-
-export function formatAttempt(row: TaskRow): string {
-  return `${row.attempt}/${row.max_attempts}`;
+/** Progress as one phrase: `42% (84/200 rows)`, `84 rows`; '' without progress. */
+export function formatProgress(row: ListingRow): string {
+  const count = formatCount(row);
+  const pct = formatPercent(row);
+  return pct ? `${pct} (${count})` : count;
 }
 
 export function shortId(id: string): string {
@@ -89,7 +60,7 @@ export function shortId(id: string): string {
 }
 
 /** The group a task belongs to: its notebook, else its kernel, else "no kernel". */
-export function notebookKey(row: TaskRow): string {
+export function notebookKey(row: ListingRow): string {
   return row.notebook ?? (row.kernel_id ? `kernel:${row.kernel_id}` : NO_KERNEL_KEY);
 }
 
@@ -112,7 +83,7 @@ export interface StatusCounts {
 }
 
 /** Counts for the status bar: occupied states count as running, lost counts as failed. */
-export function countStatuses(rows: Iterable<TaskRow>, kernelId: string | null): StatusCounts {
+export function countStatuses(rows: Iterable<ListingRow>, kernelId: string | null): StatusCounts {
   const counts: StatusCounts = { running: 0, paused: 0, failed: 0 };
   if (!kernelId) {
     return counts;
@@ -149,9 +120,9 @@ export interface TaskFilter {
 
 export const EMPTY_FILTER: TaskFilter = { statuses: new Set(), notebook: null, text: '' };
 
-export function filterTasks(rows: Iterable<TaskRow>, filter: TaskFilter): TaskRow[] {
+export function filterTasks(rows: Iterable<ListingRow>, filter: TaskFilter): ListingRow[] {
   const text = filter.text.trim().toLowerCase();
-  const out: TaskRow[] = [];
+  const out: ListingRow[] = [];
   for (const row of rows) {
     if (filter.statuses.size > 0 && !filter.statuses.has(row.status)) {
       continue;
@@ -159,11 +130,7 @@ export function filterTasks(rows: Iterable<TaskRow>, filter: TaskFilter): TaskRo
     if (filter.notebook !== null && notebookKey(row) !== filter.notebook) {
       continue;
     }
-    if (
-      text &&
-      !row.name.toLowerCase().includes(text) &&
-      !row.task_id.toLowerCase().includes(text)
-    ) {
+    if (text && !row.name.toLowerCase().includes(text) && !row.id.toLowerCase().includes(text)) {
       continue;
     }
     out.push(row);
@@ -174,21 +141,15 @@ export function filterTasks(rows: Iterable<TaskRow>, filter: TaskFilter): TaskRo
 export interface TaskGroup {
   key: string;
   label: string;
-  rows: TaskRow[];
+  rows: ListingRow[];
 }
 
-function newestFirst(a: TaskRow, b: TaskRow): number {
-  const ta = a.created_at ?? '';
-  const tb = b.created_at ?? '';
-  if (ta !== tb) {
-    return ta < tb ? 1 : -1;
-  }
-  return a.task_id < b.task_id ? -1 : a.task_id > b.task_id ? 1 : 0;
-}
-
-/** Groups by notebook (alphabetical, "no live kernel" last), newest task first. */
-export function groupByNotebook(rows: Iterable<TaskRow>): TaskGroup[] {
-  const groups = new Map<string, TaskRow[]>();
+/**
+ * Groups by notebook (alphabetical, "no live kernel" last); inside a group the board
+ * order: running, paused, queued, finished, newest first in each.
+ */
+export function groupByNotebook(rows: Iterable<ListingRow>): TaskGroup[] {
+  const groups = new Map<string, ListingRow[]>();
   for (const row of rows) {
     const key = notebookKey(row);
     const list = groups.get(key);
@@ -207,12 +168,12 @@ export function groupByNotebook(rows: Iterable<TaskRow>): TaskGroup[] {
   return keys.map(key => ({
     key,
     label: notebookLabel(key),
-    rows: (groups.get(key) ?? []).sort(newestFirst)
+    rows: (groups.get(key) ?? []).sort(boardCompare)
   }));
 }
 
 /** Notebook keys present in `rows`, for the notebook filter. */
-export function notebookOptions(rows: Iterable<TaskRow>): { key: string; label: string }[] {
+export function notebookOptions(rows: Iterable<ListingRow>): { key: string; label: string }[] {
   return groupByNotebook(rows).map(g => ({ key: g.key, label: g.label }));
 }
 
@@ -237,269 +198,16 @@ function el<K extends keyof HTMLElementTagNameMap>(
   return node;
 }
 
-export interface RowContext {
-  /** The server's clock (ms since the epoch). */
-  now: number;
-  pending(taskId: string): PendingCommand | undefined;
-  onVerb(taskId: string, verb: ControlVerb): void;
-  onSelect(taskId: string): void;
-  selected: string | null;
-}
-
-function pendingText(p: PendingCommand | undefined): string {
-  if (!p) {
-    return '';
-  }
-  const verb = VERB_LABELS[p.verb].toLowerCase();
-  switch (p.state) {
-    case 'sending':
-    case 'pending':
-      return p.message ?? `${verb} requested…`;
-    case 'claimed':
-      return `${verb}: the kernel is applying it…`;
-    case 'done':
-      return '';
-    case 'rejected':
-    case 'error':
-      return `${verb} refused: ${p.message ?? 'unknown reason'}`;
-  }
-}
-
-/** What a row looks like; a row is re-drawn only when this changes. */
-export function rowSignature(row: TaskRow, ctx: RowContext): string {
-  const p = ctx.pending(row.task_id);
-  return [
-    row.status_version,
-    row.status,
-    row.name,
-    formatProgress(row),
-    row.progress?.message ?? '',
-    formatAttempt(row),
-    formatDuration(liveDuration(row, ctx.now)),
-    ROW_VERBS.map(v => (row.can[v] ? '1' : '0')).join(''),
-    p ? `${p.verb}:${p.state}:${p.message ?? ''}` : '',
-    ctx.selected === row.task_id ? 'sel' : '',
-    row.failure ? `${row.failure.kind}:${row.failure.message}` : '',
-    row.requested_action ?? '',
-    row.kernel_gone ? 'gone' : '',
-    ROW_VERBS.map(v => row.why[v] ?? '').join('\u0002')
-  ].join('\u0001');
-}
-
-/** The parts of a drawn row, kept so that an update patches them in place. */
-interface RowParts {
-  taskId: string;
-  /** The context of the last patch: the buttons' handlers call through it. */
-  ctx: RowContext;
-  sig: string;
-  badge: HTMLElement;
-  name: HTMLButtonElement;
-  meta: HTMLElement;
-  attempt: HTMLElement;
-  duration: HTMLElement;
-  progressText: HTMLElement;
-  bar: HTMLElement;
-  fill: HTMLElement;
-  message: HTMLElement;
-  failure: HTMLElement;
-  notice: HTMLElement;
-  actions: HTMLElement;
-  buttons: Map<ControlVerb, HTMLButtonElement>;
-}
-
-const ROW_PARTS = new WeakMap<HTMLElement, RowParts>();
-
-// setters that write only what differs: an unchanged row causes no DOM mutation at all
-function setText(node: HTMLElement, text: string): void {
-  if (node.textContent !== text) {
-    node.textContent = text;
-  }
-}
-
-function setAttr(node: HTMLElement, name: string, value: string | null): void {
-  if (value === null) {
-    if (node.hasAttribute(name)) {
-      node.removeAttribute(name);
-    }
-  } else if (node.getAttribute(name) !== value) {
-    node.setAttribute(name, value);
-  }
-}
-
-function setClass(node: HTMLElement, name: string, on: boolean): void {
-  if (node.classList.contains(name) !== on) {
-    node.classList.toggle(name, on);
-  }
-}
-
-/** Put `child` into `parent` before the first of `after` that is there, or take it out. */
-function place(parent: HTMLElement, child: HTMLElement, show: boolean, after: HTMLElement[]): void {
-  if (!show) {
-    if (child.parentNode === parent) {
-      child.remove();
-    }
-    return;
-  }
-  if (child.parentNode === parent) {
-    return;
-  }
-  const before = after.find(n => n.parentNode === parent) ?? null;
-  parent.insertBefore(child, before);
-}
-
-function createRow(taskId: string, ctx: RowContext): HTMLElement {
-  const item = el('li', 'cm-TaskRow');
-  item.dataset.taskId = taskId;
-  const head = el('div', 'cm-TaskRow-head');
-  const badge = el('span', 'cm-StatusBadge');
-  const name = el('button', 'cm-TaskRow-name');
-  name.type = 'button';
-  head.append(badge, name);
-  const meta = el('div', 'cm-TaskRow-meta');
-  const attempt = el('span', 'cm-TaskRow-attempt');
-  const duration = el('span', 'cm-TaskRow-duration');
-  duration.title = 'duration of the current attempt';
-  meta.append(attempt, duration);
-  const bar = el('div', 'cm-Progress');
-  bar.setAttribute('role', 'progressbar');
-  bar.append(el('div', 'cm-Progress-fill'));
-  const actions = el('div', 'cm-TaskRow-actions');
-  const notice = el('div', 'cm-TaskRow-notice');
-  notice.setAttribute('role', 'status');
-  const parts: RowParts = {
-    taskId,
-    ctx,
-    sig: '',
-    badge,
-    name,
-    meta,
-    attempt,
-    duration,
-    progressText: el('span', 'cm-TaskRow-progress'),
-    bar,
-    fill: bar.firstElementChild as HTMLElement,
-    message: el('div', 'cm-TaskRow-message'),
-    failure: el('div', 'cm-TaskRow-failure'),
-    notice,
-    actions,
-    buttons: new Map()
-  };
-  name.addEventListener('click', () => parts.ctx.onSelect(parts.taskId));
-  for (const verb of ROW_VERBS) {
-    const button = el('button', `cm-VerbButton cm-verb-${verb}`, VERB_LABELS[verb]);
-    button.type = 'button';
-    button.dataset.verb = verb;
-    button.addEventListener('click', event => {
-      event.stopPropagation();
-      parts.ctx.onVerb(parts.taskId, verb);
-    });
-    parts.buttons.set(verb, button);
-    actions.append(button);
-  }
-  item.append(head, meta, actions);
-  ROW_PARTS.set(item, parts);
+/** A new row element for `row` (the shared row of `row.ts`, as a list item). */
+export function renderTaskRow(row: ListingRow, ctx: RowContext): HTMLElement {
+  const item = createRow(row.id, ctx, 'li');
+  patchRow(item, row, ctx);
   return item;
 }
 
-/** A new row element for `row`; `patchTaskRow` keeps it current. */
-export function renderTaskRow(row: TaskRow, ctx: RowContext): HTMLElement {
-  const item = createRow(row.task_id, ctx);
-  patchTaskRow(item, row, ctx);
-  return item;
-}
-
-/**
- * Bring a row drawn by `renderTaskRow` (for the same task) up to date in place: only the
- * text and attributes that differ are written, and no element is replaced, so a focused
- * button keeps its focus. Every user string is set as text or as an attribute value.
- */
-export function patchTaskRow(
-  item: HTMLElement,
-  row: TaskRow,
-  ctx: RowContext,
-  signature?: string
-): void {
-  const p = ROW_PARTS.get(item);
-  if (!p || p.taskId !== row.task_id) {
-    throw new Error(`not a row of task ${row.task_id}`);
-  }
-  p.ctx = ctx;
-  p.sig = signature ?? rowSignature(row, ctx);
-  setAttr(item, 'data-status', row.status);
-  setClass(item, 'cm-mod-selected', ctx.selected === row.task_id);
-  setClass(item, 'cm-mod-kernel-gone', row.kernel_gone === true);
-
-  const badgeClass = `cm-StatusBadge cm-status-${row.status}`;
-  if (p.badge.className !== badgeClass) {
-    p.badge.className = badgeClass;
-  }
-  setText(p.badge, row.status.replace('_', ' '));
-  setAttr(
-    p.badge,
-    'title',
-    row.requested_action ? `${row.status} (${row.requested_action} requested)` : row.status
-  );
-  setText(p.name, row.name);
-  setAttr(p.name, 'title', `${row.name} (${row.task_id})`);
-  setAttr(p.name, 'aria-label', `Show details of task ${row.name}`);
-
-  setText(p.attempt, `attempt ${formatAttempt(row)}`);
-  setText(p.duration, formatDuration(liveDuration(row, ctx.now)));
-
-  const progress = row.progress;
-  if (progress) {
-    const progressText = formatProgress(row);
-    setText(p.progressText, progressText);
-    setAttr(p.bar, 'aria-label', `Progress of task ${row.name}`);
-    const fraction =
-      progress.total && progress.total > 0
-        ? Math.min(1, Math.max(0, progress.done / progress.total))
-        : null;
-    setAttr(p.bar, 'aria-valuemin', fraction === null ? null : '0');
-    setAttr(p.bar, 'aria-valuemax', fraction === null ? null : '100');
-    setAttr(p.bar, 'aria-valuenow', fraction === null ? null : String(Math.round(fraction * 100)));
-    setAttr(p.bar, 'aria-valuetext', progressText);
-    const width = fraction === null ? '100%' : `${(fraction * 100).toFixed(1)}%`;
-    if (p.fill.style.width !== width) {
-      p.fill.style.width = width;
-    }
-    setClass(p.fill, 'cm-mod-indeterminate', fraction === null);
-  }
-  place(p.meta, p.progressText, progress !== null && progress !== undefined, []);
-  place(p.meta, p.bar, progress !== null && progress !== undefined, []);
-
-  const message = row.progress?.message ?? '';
-  if (message) {
-    setText(p.message, message);
-  }
-  place(item, p.message, message !== '', [p.failure, p.notice, p.actions]);
-  const failed = row.failure !== null && row.failure !== undefined && isTerminal(row.status);
-  if (failed && row.failure) {
-    setText(p.failure, `${row.failure.kind}: ${row.failure.message}`);
-  }
-  place(item, p.failure, failed, [p.notice, p.actions]);
-  const busy = ctx.pending(row.task_id);
-  const note = row.kernel_gone
-    ? `kernel gone: ${row.kernel_gone_reason ?? 'its kernel restarted or died'}`
-    : pendingText(busy);
-  if (note) {
-    setText(p.notice, note);
-  }
-  place(item, p.notice, note !== '', [p.actions]);
-
-  const inFlight = busy !== undefined && ['sending', 'pending', 'claimed'].includes(busy.state);
-  for (const [verb, button] of p.buttons) {
-    const allowed = row.can[verb] === true;
-    setAttr(button, 'aria-label', `${VERB_LABELS[verb]} task ${row.name}`);
-    if (button.disabled !== (!allowed || inFlight)) {
-      button.disabled = !allowed || inFlight;
-    }
-    setAttr(
-      button,
-      'title',
-      allowed ? `${VERB_LABELS[verb]} ${row.name}` : (row.why[verb] ?? 'not allowed now')
-    );
-  }
+/** Bring a row drawn by `renderTaskRow` up to date in place (see `row.patchRow`). */
+export function patchTaskRow(item: HTMLElement, row: ListingRow, ctx: RowContext, signature?: string): void {
+  patchRow(item, row, ctx, signature);
 }
 
 // ------------------------------------------------------------------ the windowed list
@@ -507,7 +215,7 @@ export function patchTaskRow(
 export interface TaskListOptions {
   /** Items drawn beyond each edge of the viewport (default 4). */
   overscan?: number;
-  /** Height assumed for a row of a shape never measured, px (default 76). */
+  /** Height assumed for a row of a shape never measured, px (default 84). */
   rowHeight?: number;
   /** Height assumed for a group title never measured, px (default 28). */
   headerHeight?: number;
@@ -525,7 +233,7 @@ interface HeaderItem {
 interface RowItem {
   kind: 'row';
   group: TaskGroup;
-  row: TaskRow;
+  row: ListingRow;
   /** Position in its group, from 0. */
   pos: number;
 }
@@ -539,13 +247,10 @@ interface GroupNodes {
   list: HTMLElement;
 }
 
-/** Rows of the same shape have the same height at a given width. */
-function rowShape(row: TaskRow): string {
-  return [
-    row.progress ? 'p' : '',
-    row.progress?.message ? 'm' : '',
-    row.failure && isTerminal(row.status) ? 'f' : ''
-  ].join('');
+/** Rows of the same shape have the same height at a given width (every shared row has
+ * the same lines, so one shape). */
+function rowShape(_row: ListingRow): string {
+  return 'r';
 }
 
 /** Index of the last offset <= `y` (offsets ascending, offsets[0] = 0). */
@@ -599,10 +304,10 @@ export class TaskListView {
     options: TaskListOptions = {}
   ) {
     this._overscan = options.overscan ?? 4;
-    this._defaultRow = options.rowHeight ?? 76;
+    this._defaultRow = options.rowHeight ?? 84;
     this._defaultHeader = options.headerHeight ?? 28;
     this._fallbackViewport = options.fallbackViewport ?? 800;
-    node.classList.add('cm-TaskList');
+    node.classList.add('cm-TaskList', 'cm-Rows');
     // a scrollable region a keyboard can reach and scroll
     node.tabIndex = 0;
     node.setAttribute('role', 'group');
@@ -661,7 +366,7 @@ export class TaskListView {
     this._index = new Map();
     items.forEach((item, i) => {
       if (item.kind === 'row') {
-        this._index.set(item.row.task_id, i);
+        this._index.set(item.row.id, i);
       }
     });
     this._layout();
@@ -671,11 +376,11 @@ export class TaskListView {
    * Point the list at newer copies of its rows, keeping membership and order (the caller
    * knows no task was added, removed or moved); draws nothing.
    */
-  replaceRows(lookup: (taskId: string) => TaskRow | undefined): void {
+  replaceRows(lookup: (taskId: string) => ListingRow | undefined): void {
     let shapes = false;
     for (const item of this._items) {
       if (item.kind === 'row') {
-        const row = lookup(item.row.task_id);
+        const row = lookup(item.row.id);
         if (row !== undefined && row !== item.row) {
           shapes ||= rowShape(row) !== rowShape(item.row);
           item.row = row;
@@ -729,6 +434,9 @@ export class TaskListView {
     }
     // a wrong estimate above the viewport moves what is on screen: draw, measure and
     // correct the scroll position until the drawn heights match (twice at most here)
+    // a list scrolled to its end stays at its end when measured heights change it
+    const atEnd =
+      this.node.scrollTop > 0 && this.node.scrollTop >= this.height - this._viewport() - 1;
     for (let pass = 0; pass < 3; pass++) {
       const scroll = Math.min(this.node.scrollTop, Math.max(0, this.height - this._viewport()));
       const viewport = this._viewport();
@@ -743,7 +451,9 @@ export class TaskListView {
       }
       this._layout();
       if (scroll > 0) {
-        const target = this._offsets[first] + anchorShift;
+        const target = atEnd
+          ? Math.max(0, this.height - viewport)
+          : this._offsets[first] + anchorShift;
         if (Math.abs(this.node.scrollTop - target) >= 1) {
           this.node.scrollTop = target;
         }
@@ -781,7 +491,7 @@ export class TaskListView {
         h = this._shapes.get('header') ?? this._defaultHeader;
       } else {
         const shape = rowShape(item.row);
-        const known = this._measured.get(item.row.task_id);
+        const known = this._measured.get(item.row.id);
         h =
           known !== undefined && known.shape === shape
             ? known.height
@@ -826,21 +536,22 @@ export class TaskListView {
         continue;
       }
       const row = item.row;
-      let node = this._drawn.get(row.task_id);
+      let node = this._drawn.get(row.id);
       const sig = rowSignature(row, ctx);
       if (node === undefined) {
-        node = createRow(row.task_id, ctx);
-        patchTaskRow(node, row, ctx, sig);
+        node = createRow(row.id, ctx, 'li');
+        patchRow(node, row, ctx, sig);
         this.redrawn += 1;
-      } else if (ROW_PARTS.get(node)?.sig !== sig) {
-        patchTaskRow(node, row, ctx, sig);
+      } else if (drawnSignature(node) !== sig) {
+        patchRow(node, row, ctx, sig);
         this.redrawn += 1;
       } else {
-        (ROW_PARTS.get(node) as RowParts).ctx = ctx;
+        setRowContext(node, ctx);
       }
+      setClass(node, 'cm-mod-kernel-gone', row.kernel_gone === true);
       setAttr(node, 'aria-setsize', String(item.group.rows.length));
       setAttr(node, 'aria-posinset', String(item.pos + 1));
-      drawn.set(row.task_id, node);
+      drawn.set(row.id, node);
       rows.push(node);
     }
     flush();
@@ -873,7 +584,7 @@ export class TaskListView {
       const node =
         item.kind === 'header'
           ? this._sections.get(item.group.key)?.header
-          : this._drawn.get(item.row.task_id);
+          : this._drawn.get(item.row.id);
       if (!node) {
         return false;
       }
@@ -892,7 +603,7 @@ export class TaskListView {
         this._shapes.set('header', h);
       } else {
         const shape = rowShape(item.row);
-        this._measured.set(item.row.task_id, { shape, height: h });
+        this._measured.set(item.row.id, { shape, height: h });
         this._shapes.set(shape, h);
       }
       if (Math.abs(h - this._heights[start + k]) >= 0.5) {
@@ -966,12 +677,10 @@ function table(headers: string[], rows: string[][], className: string): HTMLTabl
   return t;
 }
 
+/** A time in the details: 24-hour with seconds, like every time the rows show. */
 function time(value: string | null): string {
-  if (!value) {
-    return '—';
-  }
-  const d = new Date(value);
-  return Number.isNaN(d.getTime()) ? value : d.toLocaleTimeString();
+  const ms = epochMs(value);
+  return ms === null ? (value ?? '—') : formatClock(ms, true);
 }
 
 export interface DetailsContext {
@@ -989,7 +698,7 @@ export function renderAttempts(attempts: AttemptRow[]): HTMLElement {
         String(a.attempt),
         (a.outcome ?? 'running') + (a.abandoned ? ' (abandoned)' : ''),
         time(a.started_at),
-        formatDuration(a.duration_s),
+        formatDuration(a.duration_s) || '—',
         a.failure_kind ? `${a.failure_kind}: ${a.failure_message ?? ''}` : ''
       ]),
       'cm-Details-table'
@@ -1041,7 +750,7 @@ export function renderLogs(logs: LogRow[]): HTMLElement {
 export function renderDetails(detail: TaskDetail, ctx: DetailsContext): HTMLElement {
   const t = detail.task;
   const box = el('div', 'cm-Details');
-  box.dataset.taskId = t.task_id;
+  box.dataset.taskId = t.id;
   box.setAttribute('role', 'region');
   box.setAttribute('aria-label', `Details of task ${t.name}`);
 
@@ -1054,10 +763,14 @@ export function renderDetails(detail: TaskDetail, ctx: DetailsContext): HTMLElem
   head.append(close);
   box.append(head);
 
+  const note = statusNote(t);
   const facts: [string, string][] = [
-    ['id', t.task_id],
-    ['status', t.status + (t.requested_action ? ` (${t.requested_action} requested)` : '')],
-    ['attempt', formatAttempt(t)],
+    ['id', t.id],
+    ['status', STATUS_LABELS[t.status] + (t.requested ? ` (${t.requested} requested)` : '')],
+    ...(note ? ([['what happened', note]] as [string, string][]) : []),
+    ['attempt', formatAttempt(t.attempt, t.max_attempts)],
+    ['started', t.started !== null ? formatTimestamp(t.started) : '—'],
+    ['ended', t.ended !== null ? formatTimestamp(t.ended) : '—'],
     ['notebook', t.notebook ?? '—'],
     ['kernel', t.kernel_id ?? '—'],
     ['owner', t.owner ?? '—'],
@@ -1071,19 +784,19 @@ export function renderDetails(detail: TaskDetail, ctx: DetailsContext): HTMLElem
   box.append(dl);
 
   const actions = el('div', 'cm-Details-actions');
-  for (const verb of [...ROW_VERBS, 'skip' as ControlVerb]) {
+  for (const verb of ROW_VERBS) {
     const button = el('button', `cm-VerbButton cm-verb-${verb}`, VERB_LABELS[verb]);
     button.type = 'button';
     button.dataset.verb = verb;
     button.disabled = t.can[verb] !== true;
-    button.title = t.can[verb] ? VERB_LABELS[verb] : (t.why[verb] ?? 'not allowed now');
+    button.title = t.can[verb] ? VERB_TIPS[verb] : (t.why[verb] ?? 'not allowed now');
     button.setAttribute('aria-label', `${VERB_LABELS[verb]} task ${t.name}`);
-    button.addEventListener('click', () => ctx.onVerb(t.task_id, verb));
+    button.addEventListener('click', () => ctx.onVerb(t.id, verb));
     actions.append(button);
   }
   box.append(actions);
 
-  if (t.failure) {
+  if (t.failure && !endedByPerson(t)) {
     const failure = el('div', 'cm-Details-failure');
     failure.append(
       el(

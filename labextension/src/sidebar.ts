@@ -5,9 +5,18 @@
  */
 import { Widget } from '@lumino/widgets';
 
-import { ITasksClient, TaskDetail, TaskRow } from './api';
-import { ControlVerb, OCCUPIED_STATUSES, TASK_STATUSES, isTerminal } from './contract';
-import { TaskModel, describe } from './model';
+import { ITasksClient, TaskDetail } from './api';
+import {
+  ControlVerb,
+  ListingRow,
+  OCCUPIED_STATUSES,
+  STATUS_LABELS,
+  TASK_STATUSES,
+  VERB_LABELS,
+  isTerminal
+} from './contract';
+import { PendingCommand, TaskModel, describe } from './model';
+import { NOTE_TTL_MS, RowNote } from './row';
 import {
   EMPTY_FILTER,
   RowContext,
@@ -65,7 +74,7 @@ export class TasksPanel extends Widget {
       this._statusSelect.append(option(value, group.label));
     }
     for (const status of TASK_STATUSES) {
-      this._statusSelect.append(option(`status:${status}`, status.replace('_', ' ')));
+      this._statusSelect.append(option(`status:${status}`, STATUS_LABELS[status]));
     }
     this._statusSelect.addEventListener('change', () => this._onFilterChange());
 
@@ -108,9 +117,15 @@ export class TasksPanel extends Widget {
     return this._filter;
   }
 
-  /** Show only the tasks of one notebook key (see `notebookKey`), or all for null. */
+  /**
+   * Show the tasks of one notebook key (see `notebookKey`), or of all for null, and
+   * nothing else: the status and text filters are cleared, so no filter set earlier
+   * hides tasks of that notebook without saying so.
+   */
   setNotebookFilter(key: string | null): void {
-    this._filter = { ...this._filter, notebook: key };
+    this._filter = { statuses: new Set(), notebook: key, text: '' };
+    this._statusSelect.value = '';
+    this._textInput.value = '';
     this._updateNotebookOptions();
     this._notebookSelect.value = toOptionValue(key);
     this._layoutDirty = true;
@@ -141,12 +156,24 @@ export class TasksPanel extends Widget {
    */
   render(): void {
     this._renderPending = false;
+    const now = this.model.serverNow();
+    const local = this.model.now();
     const ctx: RowContext = {
-      now: this.model.serverNow(),
-      pending: id => this.model.pending(id),
+      now,
+      disconnected: false,
+      note: id => {
+        const task = this.model.task(id);
+        if (task?.kernel_gone) {
+          const why = task.kernel_gone_reason ?? 'its kernel restarted or died';
+          return { tone: 'bad', text: `kernel gone: ${why}`, at: local };
+        }
+        return commandNote(this.model.pending(id), local);
+      },
       onVerb: (id, verb) => this._onVerb(id, verb),
       onSelect: id => this.select(this._selected === id ? null : id),
-      selected: this._selected
+      isSelected: id => this._selected === id,
+      selectLabel: 'Show details of',
+      why: (row, verb) => (row as ListingRow).why[verb]
     };
     if (this._layoutDirty || this.model.layoutRevision !== this._layoutRevision) {
       this._layoutDirty = false;
@@ -238,7 +265,7 @@ export class TasksPanel extends Widget {
     });
   }
 
-  private _updateNotebookOptions(tasks: TaskRow[] = this.model.tasks): void {
+  private _updateNotebookOptions(tasks: ListingRow[] = this.model.tasks): void {
     const options = notebookOptions(tasks);
     if (this._filter.notebook !== null && !options.some(o => o.key === this._filter.notebook)) {
       options.push({ key: this._filter.notebook, label: notebookLabel(this._filter.notebook) });
@@ -278,10 +305,13 @@ export class TasksPanel extends Widget {
     if (this._ticker !== null) {
       return;
     }
-    // durations of running tasks move every second: redraw (only the visible rows
-    // whose text changes are touched)
+    // durations of running tasks move every second, and answers to clicks fade: redraw
+    // (only the visible rows whose text changes are touched)
     this._ticker = window.setInterval(() => {
-      if (this.isVisible && this.model.tasks.some(t => isOccupied(t.status))) {
+      if (
+        this.isVisible &&
+        (this.model.tasks.some(t => isOccupied(t.status)) || this.model.hasNotes())
+      ) {
         this._scheduleRender();
       }
     }, 1000);
@@ -296,8 +326,8 @@ export class TasksPanel extends Widget {
 
   private async _loadDetail(taskId: string): Promise<void> {
     const row = this.model.task(taskId);
-    this._detailVersion = row ? row.status_version : -1;
-    this._detailProgress = row ? JSON.stringify(row.progress) : '';
+    this._detailVersion = row ? row.version : -1;
+    this._detailProgress = row ? progressKey(row) : '';
     this._detailLoadedAt = Date.now();
     try {
       const detail = await this._client.task(taskId);
@@ -328,8 +358,7 @@ export class TasksPanel extends Widget {
     // refresh the details when the task changed (status, progress: logs grow with it)
     if (
       row &&
-      (row.status_version !== this._detailVersion ||
-        JSON.stringify(row.progress) !== this._detailProgress) &&
+      (row.version !== this._detailVersion || progressKey(row) !== this._detailProgress) &&
       Date.now() - this._detailLoadedAt > 500
     ) {
       void this._loadDetail(id);
@@ -398,4 +427,28 @@ function option(value: string, label: string): HTMLOptionElement {
 
 function isOccupied(status: string): boolean {
   return (OCCUPIED_STATUSES as readonly string[]).includes(status);
+}
+
+function progressKey(row: ListingRow): string {
+  return `${row.done}/${row.total}/${row.message ?? ''}`;
+}
+
+/** The note a row shows for the last command sent to its task (none once faded). */
+export function commandNote(p: PendingCommand | undefined, now: number): RowNote | null {
+  if (!p) {
+    return null;
+  }
+  const verb = VERB_LABELS[p.verb];
+  switch (p.state) {
+    case 'sending':
+    case 'pending':
+      return { tone: 'wait', text: p.message ?? `${verb}: requested…`, at: p.at };
+    case 'claimed':
+      return { tone: 'wait', text: `${verb}: the kernel is applying it…`, at: p.at };
+    case 'done':
+      return now - p.at > NOTE_TTL_MS ? null : { tone: 'ok', text: `${verb}: ok`, at: p.at };
+    case 'rejected':
+    case 'error':
+      return { tone: 'bad', text: `${verb} refused: ${p.message ?? 'unknown reason'}`, at: p.at };
+  }
 }

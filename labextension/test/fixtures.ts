@@ -1,27 +1,36 @@
-import { TaskRow } from '../src/api';
-import { CONTROL_VERBS, ControlVerb } from '../src/contract';
+import { CONTROL_VERBS, ControlVerb, ListingRow } from '../src/contract';
+import { RowContext } from '../src/row';
 
-export function row(overrides: Partial<TaskRow> = {}): TaskRow {
+export const T0 = Date.parse('2026-01-01T00:00:00+00:00');
+
+export function row(overrides: Partial<ListingRow> = {}): ListingRow {
   const can = Object.fromEntries(CONTROL_VERBS.map(v => [v, false])) as Record<ControlVerb, boolean>;
   return {
-    task_id: 't1',
+    id: 't1',
     name: 'extract',
     status: 'running',
-    status_version: 3,
-    terminal: false,
-    requested_action: null,
+    version: 3,
     attempt: 1,
     max_attempts: 3,
-    progress: null,
-    created_at: '2026-01-01T00:00:00+00:00',
-    started_at: '2026-01-01T00:00:00+00:00',
-    ended_at: null,
-    duration_s: 5,
+    done: 0,
+    total: null,
+    unit: null,
+    message: null,
+    rate: null,
+    eta: null,
+    created: T0,
+    started: T0,
+    ended: null,
     failure: null,
     ended_by: null,
     end_reason: null,
+    has_tb: false,
     tags: [],
-    pipeline_run_id: null,
+    run: null,
+    starts: null,
+    requested: null,
+    can: { ...can, pause: true, stop: true },
+    why: { resume: 'not paused' },
     owner: 'h:1:k1',
     host: 'h',
     pid: 1,
@@ -29,8 +38,20 @@ export function row(overrides: Partial<TaskRow> = {}): TaskRow {
     notebook: 'a.ipynb',
     kernel_gone: false,
     kernel_gone_reason: null,
-    can: { ...can, pause: true, stop: true },
-    why: { resume: 'not paused' },
+    ...overrides
+  };
+}
+
+export function context(overrides: Partial<RowContext> = {}): RowContext {
+  return {
+    now: T0 + 5000,
+    disconnected: false,
+    note: () => null,
+    onVerb: () => undefined,
+    onSelect: () => undefined,
+    isSelected: () => false,
+    selectLabel: 'Show details of',
+    why: (r, v) => (r as ListingRow).why[v],
     ...overrides
   };
 }

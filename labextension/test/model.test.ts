@@ -35,7 +35,7 @@ class FakeClient implements ITasksClient {
   info(taskId: string, verb: ControlVerb, state: CommandInfo['state'], outcome: Record<string, unknown> | null): CommandInfo {
     return {
       command_id: 'c1',
-      task_id: taskId,
+      id: taskId,
       verb,
       state,
       actor: 'sidebar:me',
@@ -50,23 +50,23 @@ class FakeClient implements ITasksClient {
 describe('TaskModel', () => {
   it('loads, applies feed changes and ignores stale rows', async () => {
     const client = new FakeClient();
-    client.listing.tasks = [row({ task_id: 'a', status_version: 5 }), row({ task_id: 'b' })];
+    client.listing.tasks = [row({ id: 'a', version: 5 }), row({ id: 'b' })];
     const model = new TaskModel({ client, retryDelayMs: 1 });
     await model.refresh();
-    expect(model.tasks.map(t => t.task_id).sort()).toEqual(['a', 'b']);
-    model.applyRows([row({ task_id: 'a', status_version: 4, status: 'queued' })]);
+    expect(model.tasks.map(t => t.id).sort()).toEqual(['a', 'b']);
+    model.applyRows([row({ id: 'a', version: 4, status: 'queued' })]);
     expect(model.task('a')?.status).toBe('running');
-    model.applyRows([row({ task_id: 'a', status_version: 6, status: 'paused' })], ['b']);
+    model.applyRows([row({ id: 'a', version: 6, status: 'paused' })], ['b']);
     expect(model.task('a')?.status).toBe('paused');
     expect(model.task('b')).toBeUndefined();
   });
 
   it('follows the feed, resets on request and labels tasks with session paths', async () => {
     const client = new FakeClient();
-    client.listing.tasks = [row({ task_id: 'a', notebook: null, kernel_id: 'k9' })];
+    client.listing.tasks = [row({ id: 'a', notebook: null, kernel_id: 'k9' })];
     client.feeds = [
-      { cursor: 2, reset: false, tasks: [row({ task_id: 'n', kernel_id: 'k9', notebook: null })], removed: [], sessions: { k9: 'x.ipynb' }, now: '2026-01-01T00:00:00Z' },
-      { cursor: 3, reset: true, tasks: [row({ task_id: 'z' })], removed: [], sessions: {}, now: '2026-01-01T00:00:01Z' }
+      { cursor: 2, reset: false, tasks: [row({ id: 'n', kernel_id: 'k9', notebook: null })], removed: [], sessions: { k9: 'x.ipynb' }, now: '2026-01-01T00:00:00Z' },
+      { cursor: 3, reset: true, tasks: [row({ id: 'z' })], removed: [], sessions: {}, now: '2026-01-01T00:00:01Z' }
     ];
     const model = new TaskModel({ client, retryDelayMs: 1 });
     let changes = 0;
@@ -78,7 +78,7 @@ describe('TaskModel', () => {
     });
     await model.run();
     expect(changes).toBeGreaterThan(1);
-    expect(model.tasks.map(t => t.task_id)).toEqual(['z']);
+    expect(model.tasks.map(t => t.id)).toEqual(['z']);
     expect(model.cursor).toBe(3);
     model.setSessions(new Map([['k1', 'renamed.ipynb']]));
     expect(model.task('z')?.notebook).toBe('renamed.ipynb');
@@ -93,7 +93,8 @@ describe('TaskModel', () => {
     const result = await model.send('t1', 'stop');
     expect(client.sent).toEqual([['t1', 'stop']]);
     expect(result.state).toBe('done');
-    expect(model.pending('t1')).toBeUndefined();
+    // a done command stays, for its note to fade in the row
+    expect(model.pending('t1')?.state).toBe('done');
   });
 
   it('keeps the reason of a rejected command', async () => {
@@ -108,9 +109,9 @@ describe('TaskModel', () => {
   it('sends to every task of a kernel that allows the verb', async () => {
     const client = new FakeClient();
     client.listing.tasks = [
-      row({ task_id: 'a' }),
-      row({ task_id: 'b', can: { pause: false, resume: true, stop: true, retry: false, skip: false } }),
-      row({ task_id: 'c', kernel_id: 'other' })
+      row({ id: 'a' }),
+      row({ id: 'b', can: { pause: false, resume: true, stop: true, retry: false, skip: false } }),
+      row({ id: 'c', kernel_id: 'other' })
     ];
     const model = new TaskModel({ client, commandPollMs: 1 });
     await model.refresh();
@@ -119,21 +120,21 @@ describe('TaskModel', () => {
   });
   it('moves the layout revision only when a listing would change order or membership', async () => {
     const client = new FakeClient();
-    client.listing.tasks = [row({ task_id: 'a' }), row({ task_id: 'b', notebook: 'b.ipynb' })];
+    client.listing.tasks = [row({ id: 'a' }), row({ id: 'b', notebook: 'b.ipynb' })];
     const model = new TaskModel({ client });
     await model.refresh();
     expect(model.size).toBe(2);
     let rev = model.layoutRevision;
     // progress, duration, can flags: the same rows in the same places
     model.applyRows([
-      row({ task_id: 'a', status_version: 3, progress: { done: 5, total: 10, unit: null, message: 'x', fraction: 0.5 } }),
-      row({ task_id: 'b', notebook: 'b.ipynb', can: { pause: false, resume: true, stop: true, retry: false, skip: false } })
+      row({ id: 'a', version: 3, done: 5, total: 10, message: 'x' }),
+      row({ id: 'b', notebook: 'b.ipynb', can: { pause: false, resume: true, stop: true, retry: false, skip: false } })
     ]);
     expect(model.layoutRevision).toBe(rev);
     for (const change of [
-      () => model.applyRows([row({ task_id: 'a', status_version: 4, status: 'paused' })]),
-      () => model.applyRows([row({ task_id: 'a', status_version: 5, status: 'paused', name: 'other' })]),
-      () => model.applyRows([row({ task_id: 'c' })]),
+      () => model.applyRows([row({ id: 'a', version: 4, status: 'paused' })]),
+      () => model.applyRows([row({ id: 'a', version: 5, status: 'paused', name: 'other' })]),
+      () => model.applyRows([row({ id: 'c' })]),
       () => model.applyRows([], ['c']),
       () => model.setSessions(new Map([['k1', 'moved.ipynb']])),
       () => model.refresh()
@@ -143,7 +144,7 @@ describe('TaskModel', () => {
       rev = model.layoutRevision;
     }
     // a stale row and an unknown removal change nothing
-    model.applyRows([row({ task_id: 'a', status_version: 1, status: 'queued' })], ['nope']);
+    model.applyRows([row({ id: 'a', version: 1, status: 'queued' })], ['nope']);
     expect(model.layoutRevision).toBe(rev);
   });
 });

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 
-import { TaskRow } from '../src/api';
+import { ListingRow as TaskRow } from '../src/contract';
 import {
   DEFAULT_NOTIFY_SETTINGS,
   EndWatcher,
@@ -9,24 +9,24 @@ import {
   describeEnd,
   readSettings
 } from '../src/notify';
-import { row } from './fixtures';
+import { T0, row } from './fixtures';
 
-const ended = (r: Partial<TaskRow>): Partial<TaskRow> => ({
-  terminal: true,
-  ended_at: '2026-01-01T00:01:00+00:00',
-  ...r
-});
+/** A finished row that ran `seconds` from its start (T0). */
+const ended = (r: Partial<TaskRow> & { seconds: number }): Partial<TaskRow> => {
+  const { seconds, ...rest } = r;
+  return { ended: T0 + seconds * 1000, ...rest };
+};
 
 describe('EndWatcher', () => {
   it('announces long work once, with the default threshold of 30 s', () => {
     const w = new EndWatcher();
     const s = DEFAULT_NOTIFY_SETTINGS;
     expect(s.notifyAfterSeconds).toBe(30);
-    expect(w.update([row({ task_id: 'a' }), row({ task_id: 'b' })], s)).toEqual([]);
+    expect(w.update([row({ id: 'a' }), row({ id: 'b' })], s)).toEqual([]);
     const out = w.update(
       [
-        row({ task_id: 'a', name: 'convert', ...ended({ status: 'stopped', duration_s: 35 }) }),
-        row({ task_id: 'b', ...ended({ status: 'succeeded', duration_s: 29.9 }) })
+        row({ id: 'a', name: 'convert', ...ended({ status: 'stopped', seconds: 35 }) }),
+        row({ id: 'b', ...ended({ status: 'succeeded', seconds: 29.9 }) })
       ],
       s
     );
@@ -34,13 +34,13 @@ describe('EndWatcher', () => {
     expect(describeEnd(out[0])).toBe('convert stopped after 35s');
     expect(out[0].notebook).toBe('a.ipynb');
     // the feed repeats rows: never a second word for the same task
-    const again = w.update([row({ task_id: 'a', ...ended({ status: 'stopped', duration_s: 35 }) })], s);
+    const again = w.update([row({ id: 'a', ...ended({ status: 'stopped', seconds: 35 }) })], s);
     expect(again).toEqual([]);
   });
 
   it('says nothing of work that had ended before the page saw it running', () => {
     const w = new EndWatcher();
-    const out = w.update([row({ task_id: 'old', ...ended({ status: 'failed', duration_s: 999 }) })], {
+    const out = w.update([row({ id: 'old', ...ended({ status: 'failed', seconds: 999 }) })], {
       notifyAfterSeconds: 0,
       desktopNotifications: false
     });
@@ -50,31 +50,31 @@ describe('EndWatcher', () => {
   it('follows the threshold setting and names failures as errors', () => {
     const w = new EndWatcher();
     const s = { notifyAfterSeconds: 2, desktopNotifications: false };
-    w.update([row({ task_id: 'f' })], s);
-    const out = w.update([row({ task_id: 'f', ...ended({ status: 'failed', duration_s: 2.5 }) })], s);
+    w.update([row({ id: 'f' })], s);
+    const out = w.update([row({ id: 'f', ...ended({ status: 'failed', seconds: 2.5 }) })], s);
     expect(out.map(e => e.kind)).toEqual(['error']);
   });
 
   it('announces a pipeline run as a whole, when its last task ends', () => {
     const w = new EndWatcher();
     const s = { notifyAfterSeconds: 10, desktopNotifications: false };
-    const run = { pipeline_run_id: 'r1' };
-    w.update([row({ task_id: 'x', ...run }), row({ task_id: 'y', ...run })], s);
+    const run = { run: 'r1' };
+    w.update([row({ id: 'x', ...run }), row({ id: 'y', ...run })], s);
     const half = w.update(
       [
-        row({ task_id: 'x', ...run, ...ended({ status: 'succeeded', duration_s: 30 }) }),
-        row({ task_id: 'y', ...run })
+        row({ id: 'x', ...run, ...ended({ status: 'succeeded', seconds: 30 }) }),
+        row({ id: 'y', ...run })
       ],
       s
     );
     expect(half).toEqual([]);
     const out = w.update(
       [
-        row({ task_id: 'x', ...run, ...ended({ status: 'succeeded', duration_s: 30 }) }),
+        row({ id: 'x', ...run, ...ended({ status: 'succeeded', seconds: 30 }) }),
         row({
-          task_id: 'y',
+          id: 'y',
           ...run,
-          ...ended({ status: 'failed', duration_s: 30, ended_at: '2026-01-01T00:01:30+00:00' })
+          ...ended({ status: 'failed', seconds: 90 })
         })
       ],
       s

@@ -4,63 +4,22 @@ import {
   TaskListView,
   countStatuses,
   filterTasks,
-  formatDuration,
-  formatProgress,
   groupByNotebook,
-  liveDuration,
   renderDetails,
-  renderTaskRow,
-  statusBarText,
-  RowContext
+  statusBarText
 } from '../src/render';
-import { TaskRow } from '../src/api';
-import { row } from './fixtures';
-
-function ctx(overrides: Partial<RowContext> = {}): RowContext {
-  return {
-    now: Date.parse('2026-01-01T00:01:05Z'),
-    pending: () => undefined,
-    onVerb: () => undefined,
-    onSelect: () => undefined,
-    selected: null,
-    ...overrides
-  };
-}
-
-describe('formatting', () => {
-  it('formats durations', () => {
-    expect(formatDuration(null)).toBe('—');
-    expect(formatDuration(42.7)).toBe('42s');
-    expect(formatDuration(185)).toBe('3m 05s');
-    expect(formatDuration(3720)).toBe('1h 02m');
-  });
-
-  it('formats progress with and without a total', () => {
-    expect(formatProgress(row({ progress: { done: 30, total: 120, unit: 'rows', message: null, fraction: 0.25 } }))).toBe(
-      '25% (30/120 rows)'
-    );
-    expect(formatProgress(row({ progress: { done: 7, total: null, unit: null, message: null, fraction: null } }))).toBe('7');
-    expect(formatProgress(row())).toBe('');
-  });
-
-  it('runs the duration of a running task on the server clock, freezes a finished one', () => {
-    const now = Date.parse('2026-01-01T00:01:05Z');
-    expect(liveDuration(row(), now)).toBe(65);
-    const ended = row({ status: 'succeeded', terminal: true, ended_at: '2026-01-01T00:00:10+00:00' });
-    expect(liveDuration(ended, now)).toBe(10);
-    expect(liveDuration(row({ started_at: null, duration_s: null }), now)).toBeNull();
-  });
-});
+import { ListingRow as TaskRow } from '../src/contract';
+import { context as ctx, row } from './fixtures';
 
 describe('status bar counts', () => {
   const rows = [
-    row({ task_id: 'a', status: 'running' }),
-    row({ task_id: 'b', status: 'stopping' }),
-    row({ task_id: 'c', status: 'paused' }),
-    row({ task_id: 'd', status: 'failed' }),
-    row({ task_id: 'e', status: 'lost' }),
-    row({ task_id: 'f', status: 'succeeded' }),
-    row({ task_id: 'g', status: 'running', kernel_id: 'other' })
+    row({ id: 'a', status: 'running' }),
+    row({ id: 'b', status: 'stopping' }),
+    row({ id: 'c', status: 'paused' }),
+    row({ id: 'd', status: 'failed' }),
+    row({ id: 'e', status: 'lost' }),
+    row({ id: 'f', status: 'succeeded' }),
+    row({ id: 'g', status: 'running', kernel_id: 'other' })
   ];
 
   it('counts only the given kernel: occupied as running, lost as failed', () => {
@@ -76,11 +35,11 @@ describe('status bar counts', () => {
 
 describe('filtering and grouping', () => {
   const rows = [
-    row({ task_id: 'a', name: 'extract', notebook: 'b.ipynb', created_at: '2026-01-01T00:00:01Z' }),
-    row({ task_id: 'b', name: 'clean', notebook: 'a.ipynb', status: 'paused' }),
-    row({ task_id: 'c', name: 'load', notebook: 'b.ipynb', created_at: '2026-01-01T00:00:09Z' }),
-    row({ task_id: 'd', name: 'orphan', notebook: null, kernel_id: null }),
-    row({ task_id: 'e', name: 'headless', notebook: null, kernel_id: 'abcdef1234567' })
+    row({ id: 'a', name: 'extract', notebook: 'b.ipynb', created: Date.parse('2026-01-01T00:00:01Z') }),
+    row({ id: 'b', name: 'clean', notebook: 'a.ipynb', status: 'paused' }),
+    row({ id: 'c', name: 'load', notebook: 'b.ipynb', created: Date.parse('2026-01-01T00:00:09Z') }),
+    row({ id: 'd', name: 'orphan', notebook: null, kernel_id: null }),
+    row({ id: 'e', name: 'headless', notebook: null, kernel_id: 'abcdef1234567' })
   ];
 
   it('groups by notebook, newest first, kernels without notebooks and orphans last', () => {
@@ -91,78 +50,19 @@ describe('filtering and grouping', () => {
       'Kernel abcdef12 (no notebook)',
       'No live kernel'
     ]);
-    expect(groups[1].rows.map(r => r.task_id)).toEqual(['c', 'a']);
+    expect(groups[1].rows.map(r => r.id)).toEqual(['c', 'a']);
   });
 
   it('filters by status set, notebook and text', () => {
-    expect(filterTasks(rows, { statuses: new Set(['paused']), notebook: null, text: '' }).map(r => r.task_id)).toEqual([
+    expect(filterTasks(rows, { statuses: new Set(['paused']), notebook: null, text: '' }).map(r => r.id)).toEqual([
       'b'
     ]);
-    expect(filterTasks(rows, { statuses: new Set(), notebook: 'b.ipynb', text: '' }).map(r => r.task_id)).toEqual([
+    expect(filterTasks(rows, { statuses: new Set(), notebook: 'b.ipynb', text: '' }).map(r => r.id)).toEqual([
       'a',
       'c'
     ]);
-    expect(filterTasks(rows, { statuses: new Set(), notebook: null, text: 'LOA' }).map(r => r.task_id)).toEqual(['c']);
-    expect(filterTasks(rows, { statuses: new Set(), notebook: '', text: '' }).map(r => r.task_id)).toEqual(['d']);
-  });
-});
-
-describe('rows', () => {
-  it('escapes names and messages (text, never markup)', () => {
-    const evil = '<img src=x onerror="window.pwned=1">';
-    const node = renderTaskRow(
-      row({
-        name: evil,
-        progress: { done: 1, total: 2, unit: null, message: evil, fraction: 0.5 },
-        status: 'failed',
-        terminal: true,
-        failure: { kind: 'exception', message: evil, exception_type: 'ValueError' }
-      }),
-      ctx()
-    );
-    expect(node.querySelector('img')).toBeNull();
-    expect(node.querySelector('.cm-TaskRow-name')?.textContent).toBe(evil);
-    expect(node.textContent).toContain(evil);
-  });
-
-  it('enables exactly the buttons the server allows, with aria-labels and reasons', () => {
-    const onVerb = vi.fn();
-    const node = renderTaskRow(row(), ctx({ onVerb }));
-    const buttons = Array.from(node.querySelectorAll<HTMLButtonElement>('button.cm-VerbButton'));
-    const state = Object.fromEntries(buttons.map(b => [b.dataset.verb, b.disabled]));
-    expect(state).toEqual({ pause: false, resume: true, stop: false, retry: true });
-    const resume = buttons.find(b => b.dataset.verb === 'resume')!;
-    expect(resume.title).toBe('not paused');
-    const stop = buttons.find(b => b.dataset.verb === 'stop')!;
-    expect(stop.getAttribute('aria-label')).toBe('Stop task extract');
-    stop.click();
-    expect(onVerb).toHaveBeenCalledWith('t1', 'stop');
-  });
-
-  it('disables the buttons while a command is in flight and shows a refusal', () => {
-    const busy = renderTaskRow(
-      row(),
-      ctx({ pending: () => ({ verb: 'stop', commandId: 'c', state: 'pending', message: null }) })
-    );
-    expect(Array.from(busy.querySelectorAll('button.cm-VerbButton')).every(b => (b as HTMLButtonElement).disabled)).toBe(
-      true
-    );
-    expect(busy.textContent).toContain('stop requested');
-    const refused = renderTaskRow(
-      row(),
-      ctx({ pending: () => ({ verb: 'pause', commandId: 'c', state: 'rejected', message: 'already done' }) })
-    );
-    expect(refused.textContent).toContain('pause refused: already done');
-  });
-
-  it('shows a progress bar with ARIA values', () => {
-    const node = renderTaskRow(
-      row({ progress: { done: 30, total: 120, unit: 'rows', message: 'chunk 3', fraction: 0.25 } }),
-      ctx()
-    );
-    const bar = node.querySelector('[role="progressbar"]')!;
-    expect(bar.getAttribute('aria-valuenow')).toBe('25');
-    expect(node.textContent).toContain('chunk 3');
+    expect(filterTasks(rows, { statuses: new Set(), notebook: null, text: 'LOA' }).map(r => r.id)).toEqual(['c']);
+    expect(filterTasks(rows, { statuses: new Set(), notebook: '', text: '' }).map(r => r.id)).toEqual(['d']);
   });
 });
 
@@ -176,7 +76,7 @@ describe('TaskListView (windowed)', () => {
   function many(n: number, notebook = 'a.ipynb', prefix = 't'): TaskRow[] {
     return Array.from({ length: n }, (_, i) =>
       row({
-        task_id: `${prefix}${String(i).padStart(5, '0')}`,
+        id: `${prefix}${String(i).padStart(5, '0')}`,
         name: `task ${i}`,
         status: 'paused',
         notebook
@@ -195,7 +95,7 @@ describe('TaskListView (windowed)', () => {
     });
     view.update(groupByNotebook(rows), ctx());
     const drawn = () =>
-      Array.from(host.querySelectorAll<HTMLElement>('li.cm-TaskRow')).map(li => li.dataset.taskId);
+      Array.from(host.querySelectorAll<HTMLElement>('li.cm-Row')).map(li => li.dataset.taskId);
     return { host, view, drawn };
   }
 
@@ -280,14 +180,13 @@ describe('TaskListView (windowed)', () => {
     const resume = li.querySelector<HTMLButtonElement>('button[data-verb="resume"]')!;
     stop.focus();
     expect(document.activeElement).toBe(stop);
-    expect(resume.disabled).toBe(true);
+    expect(resume.hidden).toBe(true);
     const observer = new MutationObserver(() => undefined);
     observer.observe(host, { subtree: true, childList: true, attributes: true, characterData: true });
     const changed = {
       ...rows[2],
       status: 'failed',
-      terminal: true,
-      status_version: 9,
+      version: 9,
       name: '<b>renamed</b>',
       failure: { kind: 'exception', message: '<i>boom</i>', exception_type: 'ValueError' },
       can: { ...rows[2].can, stop: false, resume: true },
@@ -308,13 +207,14 @@ describe('TaskListView (windowed)', () => {
     // the same elements, updated
     expect(host.querySelector('li[data-task-id="t00002"]')).toBe(li);
     expect(li.querySelector('button[data-verb="stop"]')).toBe(stop);
-    expect(document.activeElement).toBe(stop);
+    // Stop is no longer allowed: it is gone, and the focus moved to the row's name
+    expect(document.activeElement).toBe(li.querySelector('.cm-Row-name'));
     expect(li.dataset.status).toBe('failed');
-    expect(stop.disabled).toBe(true);
+    expect(stop.hidden).toBe(true);
     expect(stop.title).toBe('it already ended');
-    expect(resume.disabled).toBe(false);
-    expect(li.querySelector('.cm-TaskRow-name')?.textContent).toBe('<b>renamed</b>');
-    expect(li.querySelector('.cm-TaskRow-failure')?.textContent).toBe('exception: <i>boom</i>');
+    expect(resume.hidden).toBe(false);
+    expect(li.querySelector('.cm-Row-name')?.textContent).toBe('<b>renamed</b>');
+    expect(li.querySelector('.cm-Row-noteText')?.textContent).toBe('exception: <i>boom</i>');
     expect(li.querySelector('b, i')).toBeNull();
     // nothing changed: nothing drawn, no mutation
     view.draw(ctx());
@@ -335,15 +235,15 @@ describe('TaskListView (windowed)', () => {
   it('draws a row that changed while out of view as it is now', () => {
     const rows = many(2000);
     const { host, view } = setup(rows);
-    const later = { ...rows[1500], status: 'queued', status_version: 8 } as TaskRow;
-    view.replaceRows(id => (id === later.task_id ? later : undefined));
+    const later = { ...rows[1500], status: 'queued', version: 8 } as TaskRow;
+    view.replaceRows(id => (id === later.id ? later : undefined));
     view.draw(ctx());
-    expect(host.querySelector(`li[data-task-id="${later.task_id}"]`)).toBeNull();
-    expect(view.scrollToTask(later.task_id)).toBe(true);
+    expect(host.querySelector(`li[data-task-id="${later.id}"]`)).toBeNull();
+    expect(view.scrollToTask(later.id)).toBe(true);
     view.draw(ctx());
-    const li = host.querySelector<HTMLElement>(`li[data-task-id="${later.task_id}"]`)!;
+    const li = host.querySelector<HTMLElement>(`li[data-task-id="${later.id}"]`)!;
     expect(li.dataset.status).toBe('queued');
-    expect(li.querySelector('.cm-StatusBadge')?.textContent).toBe('queued');
+    expect(li.querySelector('.cm-Row-status')?.textContent).toBe('queued');
     host.remove();
   });
 
@@ -351,7 +251,7 @@ describe('TaskListView (windowed)', () => {
     const rows = many(10);
     const { host, view } = setup(rows);
     const onVerb = vi.fn();
-    view.replaceRows(id => (id === 't00001' ? { ...rows[1], status_version: 7 } : undefined));
+    view.replaceRows(id => (id === 't00001' ? { ...rows[1], version: 7 } : undefined));
     view.draw(ctx({ onVerb }));
     host.querySelector<HTMLButtonElement>('li[data-task-id="t00001"] button[data-verb="pause"]')!.click();
     expect(onVerb).toHaveBeenCalledWith('t00001', 'pause');
@@ -377,8 +277,7 @@ describe('details', () => {
       {
         task: row({
           status: 'failed',
-          terminal: true,
-          name: evil,
+            name: evil,
           failure: { kind: 'exception', message: evil, exception_type: 'ValueError', traceback: `Traceback\n${evil}` }
         }),
         attempts: [

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 
-import { CommandInfo, FeedResponse, ITasksClient, TaskDetail, TaskRow, TasksResponse } from '../src/api';
+import { CommandInfo, FeedResponse, ITasksClient, TaskDetail, TasksResponse } from '../src/api';
+import { ListingRow as TaskRow } from '../src/contract';
 import { TaskModel } from '../src/model';
 import { TasksPanel } from '../src/sidebar';
 import { row } from './fixtures';
@@ -27,7 +28,7 @@ class StaticClient implements ITasksClient {
 function tasks(n: number): TaskRow[] {
   return Array.from({ length: n }, (_, i) =>
     row({
-      task_id: `t${String(i).padStart(5, '0')}`,
+      id: `t${String(i).padStart(5, '0')}`,
       name: `task ${i}`,
       status: i % 2 ? 'paused' : 'running',
       created_at: `2026-01-01T00:00:00.${String(99999 - i).padStart(5, '0')}Z`
@@ -44,7 +45,7 @@ describe('TasksPanel with many tasks', () => {
     document.body.append(panel.node);
     panel.render();
     const status = () => panel.node.querySelector('.cm-TasksPanel-status')?.textContent;
-    const drawn = () => panel.node.querySelectorAll('li.cm-TaskRow');
+    const drawn = () => panel.node.querySelectorAll('li.cm-Row');
     expect(status()).toBe('2000 of 2000 tasks');
     expect(panel.list.rowCount).toBe(2000);
     expect(drawn().length).toBeGreaterThan(3);
@@ -55,19 +56,25 @@ describe('TasksPanel with many tasks', () => {
     // progress of a visible task: same element, new text, one row touched
     const revision = model.layoutRevision;
     model.applyRows([
-      { ...rows[0], progress: { done: 7, total: 10, unit: 'rows', message: 'chunk <7>', fraction: 0.7 } }
+      { ...rows[0], done: 7, total: 10, unit: 'rows', message: 'chunk <7>' }
     ]);
     expect(model.layoutRevision).toBe(revision);
     panel.render();
     expect(panel.list.redrawn).toBe(1);
     expect(panel.node.querySelector('li[data-task-id="t00000"]')).toBe(first);
-    expect(first.querySelector('.cm-TaskRow-progress')?.textContent).toBe('70% (7/10 rows)');
-    expect(first.querySelector('.cm-TaskRow-message')?.textContent).toBe('chunk <7>');
+    expect(first.querySelector('.cm-Row-pct')?.textContent).toBe('70%');
+    expect(first.querySelector('.cm-Row-count')?.textContent).toBe('7/10 rows');
+    expect(first.querySelector('.cm-Row-noteText')?.textContent).toBe('chunk <7>');
 
     // a status change moves the task in and out of filters
-    model.applyRows([{ ...rows[0], status: 'paused', status_version: 9 }]);
+    model.applyRows([{ ...rows[0], status: 'paused', version: 9 }]);
     panel.render();
-    expect(first.dataset.status).toBe('paused');
+    // the board order puts it behind every running task
+    expect(panel.list.scrollToTask('t00000')).toBe(true);
+    panel.render();
+    const moved = panel.node.querySelector<HTMLElement>('li[data-task-id="t00000"]')!;
+    expect(moved.dataset.status).toBe('paused');
+    panel.list.node.scrollTop = 0;
     const select = panel.node.querySelector<HTMLSelectElement>('.cm-Filter-status')!;
     select.value = 'status:running';
     select.dispatchEvent(new Event('change'));

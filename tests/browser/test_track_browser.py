@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _rows import click_verb, offers
 
 pytestmark = pytest.mark.browser
 
@@ -48,7 +49,7 @@ def badge(nb: Any, cell: int, status: str, name: str = "convert", timeout: float
             const c = document.querySelectorAll('.jp-Notebook .jp-Cell')[cell];
             const rows = c ? [...c.querySelectorAll('.cn-item')] : [];
             const r = rows.find(x => x.innerText.includes(name));
-            const b = r && r.querySelector('.cn-badge');
+            const b = r && r.querySelector('.cm-Row-status');
             return !!b && b.textContent.split(' ')[0] === status;
         }""",
         arg=[cell, name, status],
@@ -57,23 +58,20 @@ def badge(nb: Any, cell: int, status: str, name: str = "convert", timeout: float
 
 
 def row_text(row: Any) -> str:
-    """The row's text but the note of the last click (``Pause: ok`` fades by design) and
-    the elapsed-time cell (this version's row renderer ticks it for a paused task too;
-    the shared renderer in progress freezes it)."""
+    """The row's cells (elapsed time included: a paused row's clock is stopped), but the
+    answer to the last click, which fades on its own."""
     return str(
         row.evaluate(
-            """(el) => {
-                const c = el.cloneNode(true);
-                c.querySelectorAll('.cn-ack, .cn-duration').forEach(x => x.remove());
-                return c.textContent;
-            }"""
+            """(el) => [...el.querySelectorAll('.cm-Row > *:not(.cm-Row-note), .cm-Row-noteText')]
+                .map(c => c.innerText).join(' | ')"""
         )
     )
 
 
 def done_of(row: Any) -> float:
-    m = re.match(r"([\d,.]+)", row.locator(".cn-progtext").inner_text())
-    return float(m.group(1).replace(",", "")) if m else 0.0
+    m = re.match(r"([\d,.]+)([kMGT]?)", row.locator(".cm-Row-count").inner_text())
+    scale = {"": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+    return float(m.group(1).replace(",", "")) * scale[m.group(2)] if m else 0.0
 
 
 def task_id(nb: Any, cell: int) -> str:
@@ -95,19 +93,19 @@ def test_row_pauses_resumes_and_stops_the_busy_cell(notebook: Any) -> None:
     r = loop_row(nb, 1)
     r.wait_for(timeout=30_000)
     badge(nb, 1, "running")
-    assert r.locator("button[data-verb=pause]").is_enabled()
-    assert r.locator("button[data-verb=retry]").is_disabled()  # a loop runs by its cell
+    assert offers(r, "pause")
+    assert not offers(r, "retry")  # a loop runs by its cell
     first = done_of(r)
     nb.page.wait_for_function(
         """(first) => {
             const c = document.querySelectorAll('.jp-Notebook .jp-Cell')[1];
-            const t = c && c.querySelector('.cn-item .cn-progtext');
+            const t = c && c.querySelector('.cn-item .cm-Row-count');
             return !!t && parseFloat(t.textContent.replace(/,/g, '')) > first;
         }""",
         arg=first,
     )
 
-    r.locator("button[data-verb=pause]").click()
+    click_verb(r, "pause")
     badge(nb, 1, "paused")
     assert nb.is_busy(1), "a paused loop keeps its cell busy"
     frozen_text, frozen = row_text(r), done_of(r)
@@ -115,19 +113,19 @@ def test_row_pauses_resumes_and_stops_the_busy_cell(notebook: Any) -> None:
     assert row_text(r) == frozen_text
     assert done_of(r) == frozen
 
-    r.locator("button[data-verb=resume]").click()
+    click_verb(r, "resume")
     badge(nb, 1, "running")
     nb.page.wait_for_function(
         """(frozen) => {
             const c = document.querySelectorAll('.jp-Notebook .jp-Cell')[1];
-            const t = c && c.querySelector('.cn-item .cn-progtext');
+            const t = c && c.querySelector('.cn-item .cm-Row-count');
             return !!t && parseFloat(t.textContent.replace(/,/g, '')) > frozen;
         }""",
         arg=frozen,
     )
 
     clicked = time.monotonic()
-    r.locator("button[data-verb=stop]").click()
+    click_verb(r, "stop")
     nb.wait_done(1, timeout=30_000)
     print(f"stop click -> cell done: {(time.monotonic() - clicked) * 1000:.0f} ms")
     out = stopped_output(nb, 1, "stopped by you at")
@@ -195,13 +193,13 @@ def test_sidebar_and_cli_stop_a_loop_while_its_cell_is_busy(
     nb.run(1, wait=False)
     tid = task_id(nb, 1)
     page.evaluate("() => window.jupyterapp.commands.execute('chongming:open-tasks')")
-    row = page.locator(PANEL).locator(f'li.cm-TaskRow[data-task-id="{tid}"]')
+    row = page.locator(PANEL).locator(f'li.cm-Row[data-task-id="{tid}"]')
     row.wait_for()
     page.wait_for_function(
         f"""() => document.querySelector('{PANEL} li[data-task-id="{tid}"]')
                   ?.dataset.status === 'running'"""
     )
-    row.locator('button[data-verb="stop"]').click()
+    click_verb(row, "stop")
     stopped_output(nb, 1, "stopped by you at")
 
     nb.run(3, wait=False)
@@ -238,7 +236,7 @@ def test_nested_loops_draw_nested_rows_and_the_outer_stop_stops_the_inner(
     loop_row(nb, 1, "inner-0").wait_for(timeout=30_000)
     badge(nb, 1, "running", name="inner-0")
     badge(nb, 1, "running", name="outer")
-    outer.locator("button[data-verb=stop]").click()
+    click_verb(outer, "stop")
     out = stopped_output(nb, 1, "outer: stopped by you at 0 / 3")
     assert "inner-0: stopped" not in out  # one line: the loop that was stopped
     nb.run(2)

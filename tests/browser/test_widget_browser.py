@@ -59,7 +59,7 @@ def badge_is(nb: Any, status: str, timeout: float = 20_000) -> None:
 def _badge_is(nb: Any, status: str, timeout: float) -> None:
     nb.page.wait_for_function(
         """(status) => {
-            const b = document.querySelector('.jp-Notebook .jp-Cell .cn-item .cn-badge');
+            const b = document.querySelector('.jp-Notebook .jp-Cell .cn-item .cm-Row-status');
             return !!b && b.textContent.split(' ')[0] === status;
         }""",
         arg=status,
@@ -68,7 +68,7 @@ def _badge_is(nb: Any, status: str, timeout: float) -> None:
 
 
 def done_count(nb: Any) -> float:
-    text = row(nb).locator(".cn-progtext").inner_text()
+    text = row(nb).locator(".cm-Row-count").inner_text()
     m = re.match(r"([\d.]+)", text)
     return float(m.group(1)) if m else 0.0
 
@@ -79,13 +79,13 @@ def test_progress_pause_resume_stop_round_trip(notebook: Any) -> None:
     r = row(nb)
     r.wait_for(timeout=30_000)
     badge_is(nb, "running")
-    assert r.locator("button[data-verb=pause]").is_enabled()
-    assert r.locator("button[data-verb=resume]").is_disabled()
-    assert r.locator("button[data-verb=retry]").is_disabled()
+    assert r.locator(".cm-Row-actions button[data-verb=pause]").is_visible()
+    assert r.locator(".cm-Row-actions button[data-verb=resume]").is_hidden()
+    assert r.locator(".cm-Row-actions button[data-verb=retry]").is_hidden()
     first = done_count(nb)
     nb.page.wait_for_function(
         """(first) => {
-            const t = document.querySelector('.jp-Notebook .cn-item .cn-progtext');
+            const t = document.querySelector('.jp-Notebook .cn-item .cm-Row-count');
             return !!t && parseFloat(t.textContent) > first;
         }""",
         arg=first,
@@ -93,26 +93,26 @@ def test_progress_pause_resume_stop_round_trip(notebook: Any) -> None:
     )
     assert done_count(nb) > first  # progress moves
     # aria-labels name the task
-    assert r.locator("button[data-verb=pause]").get_attribute("aria-label") == (
-        "Pause task cooperative"
+    assert r.locator(".cm-Row-actions button[data-verb=pause]").get_attribute("aria-label") == (
+        "Pause cooperative"
     )
 
-    r.locator("button[data-verb=pause]").click()
+    r.locator(".cm-Row-actions button[data-verb=pause]").click()
     badge_is(nb, "paused")
-    assert r.locator("button[data-verb=resume]").is_enabled()
-    assert r.locator("button[data-verb=pause]").is_disabled()
-    assert r.locator(".cn-ack").inner_text().startswith("Pause: ok")
+    assert r.locator(".cm-Row-actions button[data-verb=resume]").is_visible()
+    assert r.locator(".cm-Row-actions button[data-verb=pause]").is_hidden()
+    assert r.locator(".cm-Row-ack").inner_text().startswith("Pause: ok")
 
-    r.locator("button[data-verb=resume]").click()
+    r.locator(".cm-Row-actions button[data-verb=resume]").click()
     badge_is(nb, "running")
-    assert r.locator(".cn-ack").inner_text().startswith("Resume: ok")
+    assert r.locator(".cm-Row-ack").inner_text().startswith("Resume: ok")
 
-    r.locator("button[data-verb=stop]").click()
+    r.locator(".cm-Row-actions button[data-verb=stop]").click()
     badge_is(nb, "stopped", timeout=15_000)
-    assert r.locator(".cn-ack").inner_text().startswith("Stop: ok")
+    assert r.locator(".cm-Row-ack").inner_text().startswith("Stop: ok")
     for verb in ("pause", "resume", "stop", "skip"):
-        assert r.locator(f"button[data-verb={verb}]").is_disabled()
-    assert r.locator("button[data-verb=retry]").is_enabled()
+        assert r.locator(f".cm-Row-actions button[data-verb={verb}]").is_hidden()
+    assert r.locator(".cm-Row-actions button[data-verb=retry]").is_visible()
     nb.run(2)
     nb.run(3)
     out = nb.wait_output(3, "STATUS=")
@@ -140,7 +140,7 @@ def test_stop_click_while_a_cpu_bound_cell_runs(notebook: Any, make_ctl: str) ->
     badge_is(nb, "running")
     nb.run(1, wait=False)
     nb.wait_busy(1, timeout=20_000)
-    r.locator("button[data-verb=stop]").click()
+    r.locator(".cm-Row-actions button[data-verb=stop]").click()
     badge_is(nb, "stopped", timeout=15_000)
     assert nb.is_busy(1), "the stop should land while the CPU-bound cell is still running"
 
@@ -203,7 +203,7 @@ def test_board_of_2000_renders_scrolls_and_escapes(notebook: Any, tmp_path: Path
         """() => document.querySelectorAll('.jp-Notebook .cn-item').length === 1""",
         timeout=10_000,
     )
-    name = nb.cell(0).locator(".cn-item .cn-name")
+    name = nb.cell(0).locator(".cn-item .cm-Row-name")
     assert name.inner_text() == XSS
     assert nb.cell(0).locator(".cn-table img").count() == 0
     nb.cell(0).locator(".cn-search").fill("")
@@ -231,15 +231,15 @@ def test_board_of_2000_renders_scrolls_and_escapes(notebook: Any, tmp_path: Path
         timeout=20_000,
     )
     item = nb.cell(0).locator(".cn-item").first
-    assert XSS in item.locator(".cn-msgtext").inner_text()
-    item.locator(".cn-caret").click()
+    assert XSS in item.locator(".cm-Row-noteText").inner_text()
+    item.locator(".cm-Row-name").click()
     drawer = item.locator(".cn-drawer")
     drawer.locator(".cn-log").wait_for(timeout=20_000)
     assert XSS in drawer.locator(".cn-log").inner_text()
     assert "ValueError" in drawer.locator(".cn-tb pre").inner_text()
     assert nb.cell(0).locator(".cn-table img").count() == 0
     assert page.evaluate("() => window.__xss") is None
-    item.locator(".cn-caret").click()
+    item.locator(".cm-Row-name").click()
     nb.cell(0).locator(".cn-search").fill("")
 
     # a screenshot of the rendered board (the README's pictures come from the example
@@ -248,7 +248,7 @@ def test_board_of_2000_renders_scrolls_and_escapes(notebook: Any, tmp_path: Path
         """() => document.querySelectorAll('.jp-Notebook .cn-item').length > 5""",
         timeout=10_000,
     )
-    out = tmp_path / "board.png"
+    out = tmp_path / "board.png"  # never over docs/img
     table.screenshot(path=str(out))
     assert out.stat().st_size > 5_000
     # render time per update stays small (recorded by widget.js)
@@ -279,8 +279,12 @@ def test_disconnected_banner_when_the_kernel_goes(notebook: Any) -> None:
     banner = nb.cell(0).locator(".cn-banner")
     banner.wait_for(state="visible", timeout=30_000)
     assert re.match(r"disconnected — state as of \d\d:\d\d:\d\d", banner.inner_text())
-    for b in nb.cell(0).locator(".cn-item button[data-verb]").all():
-        assert b.is_disabled()
+    # no action is offered without a kernel, and the menu says why
+    for b in nb.cell(0).locator(".cn-item .cm-Row-actions button[data-verb]").all():
+        assert b.is_hidden()
+    more = nb.cell(0).locator(".cn-item .cm-Row-more").first
+    assert more.is_disabled() or more.is_hidden()
+    assert "disconnected" in (more.get_attribute("title") or "")
 
 
 # ------------------------------------------------------------ patches, without a kernel
@@ -310,8 +314,8 @@ def _shown(page: Any) -> list[tuple[str, str]]:
         """() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(() =>
           done([...document.querySelectorAll('#out .cn-item')]
             .sort((a, b) => Number(a.dataset.index) - Number(b.dataset.index))
-            .map((e) => [e.querySelector('.cn-name').textContent,
-                         e.querySelector('.cn-progtext').textContent])))))"""
+            .map((e) => [e.querySelector('.cm-Row-name').textContent,
+                         e.querySelector('.cm-Row-count').textContent])))))"""
     )
     return [(name, prog) for name, prog in shown]
 
@@ -346,7 +350,7 @@ def test_patches_redraw_rows_in_place_and_refilter_the_view(page: Any) -> None:
     page.goto("http://widget.invalid/index.html")
     page.wait_for_function("() => window.__widget !== undefined")
     state = {
-        "schema": S.schema_for_js(),
+        "schema": {**S.schema_for_js(), "hash": S.schema_hash()},
         "kind": "board",
         "title": "patches",
         "rows": [row(0, 10.0), row(1, 20.0), row(2, 30.0)],
@@ -364,7 +368,7 @@ def test_patches_redraw_rows_in_place_and_refilter_the_view(page: Any) -> None:
 
     patch(1, [{"id": "t1", "done": 25.0, "message": XSS}])
     assert _shown(page)[1] == ("task-1", "25/100 rows")
-    assert page.locator("#out .cn-item .cn-msgtext").nth(1).text_content() == XSS
+    assert page.locator("#out .cn-item .cm-Row-noteText").nth(1).text_content() == XSS
     assert page.locator("#out img").count() == 0
 
     page.locator("#out .cn-filter").select_option("running")

@@ -143,6 +143,31 @@ def test_bulk_pause_applies_only_where_can_says(fctl, clock, comms) -> None:
     assert ack["ok"] is True and ack["reason"] == "paused 2 tasks"
 
 
+def test_bulk_resume_applies_only_where_can_says(fctl, clock, comms) -> None:
+    a = fctl.add("a", status="paused").task_id
+    fctl.add("b", status="running")
+    t = table(fctl, clock)
+    t._on_custom_msg(t, {"type": "bulk", "action": "resume", "request_id": 3})
+    assert [(tid, verb) for tid, verb, _ in fctl.applied] == [(a, "resume")]
+    ack = acks(t)[-1]
+    assert ack["ok"] is True and ack["reason"] == "resumed 1 task"
+
+
+def test_the_concurrency_limit_goes_to_the_front_end(clock, comms) -> None:
+    import chongming_nb as cn
+
+    ctl = cn.Controller(concurrency=cn.ConcurrencyPolicy(max_parallel=3))
+    try:
+        t = TaskTable(ctl, clock=clock, autoflush=False)
+        assert t.max_parallel == 3
+        # and the front end can tell whether its bundled contract is the kernel's
+        assert t.schema["hash"] == S.schema_hash()
+        t.close()
+    finally:
+        ctl.close()
+    assert table(FakeController(clock), clock).max_parallel is None  # no policy: not shown
+
+
 def test_detail_returns_logs_and_traceback(fctl, clock, comms) -> None:
     tid = fctl.add("job", status="running").task_id
     fctl.log_line(tid, "hello <b>world</b>")

@@ -35,7 +35,7 @@ def dead_pid() -> int:
 
 async def rows(jp_fetch: Any) -> dict[str, Any]:
     r = await jp_fetch(*API, "tasks")
-    return {t["task_id"]: t for t in json.loads(r.body)["tasks"]}
+    return {t["id"]: t for t in json.loads(r.body)["tasks"]}
 
 
 def test_owner_gone_rules() -> None:
@@ -115,7 +115,7 @@ async def test_a_kernel_restart_reaches_the_feed_without_a_store_write(
         )
         await jp_fetch("api", "kernels", kid, "restart", method="POST", body="{}")
         answer = json.loads((await waiting).body)
-        (row,) = [t for t in answer["tasks"] if t["task_id"] == "t-k"]
+        (row,) = [t for t in answer["tasks"] if t["id"] == "t-k"]
         assert row["kernel_gone"] is True and row["status"] == "running"
         assert f"kernel {kid}" in row["kernel_gone_reason"]
         assert not any(row["can"].values())

@@ -139,7 +139,7 @@ async def test_store_calls_and_can_questions_do_not_grow_with_the_rows(
     assert big_asked <= len(CONTROL_VERBS) * 6  # one round per distinct lifecycle
     # and each row still carries exactly what the predicate says about it
     check = StateMachine(SYSTEM_CLOCK)
-    by_id = {r["task_id"]: r for r in big["tasks"]}
+    by_id = {r["id"]: r for r in big["tasks"]}
     for tid in ("t-run", "t-paused", "t-queued", "bulk00002", "bulk00003", "bulk00599"):
         snap = kernel_store.get(tid)
         assert snap is not None
