@@ -555,6 +555,9 @@ class Controller:
         self._book.flush_outbox()
         done = self._bus.flush(timeout)
         if self._link is not None:
+            if self._link.health.held:  # once more now (e.g. a connection just reset)
+                self._link.retry_held()
+                done = self._bus.flush(timeout)
             self._link.converge_refused()
             self._link.mark_rows()
         return done

@@ -100,6 +100,8 @@ DURABLE_EVENTS: tuple[type[Event], ...] = (
 
 #: How often an owner records its heartbeat in the owners table.
 OWNER_BEAT_EVERY = 2.0
+#: How often writes held while the store refused them are tried again.
+HELD_RETRY_EVERY = 1.0
 COMMAND_LEASE_SECONDS = 10.0
 
 
@@ -344,6 +346,12 @@ class Unfence:
     task_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class RetryHeld:
+    """Outbox marker: try the writes held since the store refused them again (the
+    dispatcher queues one a second while writes are held; ``flush`` queues one)."""
+
+
 class StoreHealth:
     """Whether the controller's writes reach its store (recorder thread writes, any
     thread reads). While the store refuses writes (read-only, unreachable, full), the
@@ -364,11 +372,16 @@ class StoreHealth:
         self._to_mark: list[str] = []
         self._to_unmark: list[str] = []
 
-    def take(self) -> list[Outgoing]:
+    def peek(self) -> list[Outgoing]:
+        """The held writes, still held (the recorder drops them once written)."""
         with self._lock:
-            items = list(self.held)
-            self.held.clear()
-            return items
+            return list(self.held)
+
+    def written(self, n: int) -> None:
+        """The first ``n`` held writes reached the store (recorder thread)."""
+        with self._lock:
+            for _ in range(min(n, len(self.held))):
+                self.held.popleft()
 
     def hold(self, batch: list[Outgoing], reason: str, now: datetime) -> bool:
         """Keep a refused batch; True the first time the store fails (warn then)."""
@@ -439,6 +452,7 @@ class StoreLink:
         self.health = StoreHealth()
         self._next_owner_beat = 0.0
         self._next_renew = 0.0
+        self._next_retry = 0.0
         self._started_at = book.clock.now()
         # task ids whose writes the store refused (recorder thread adds, dispatcher takes)
         self._fenced: deque[str] = deque()
@@ -476,8 +490,7 @@ class StoreLink:
         """Recorder thread: write a batch (after any held ones), in order, grouped."""
         ctl = self.ctl
         health = self.health
-        if health.held:
-            batch = [*health.take(), *batch]
+        held: list[Outgoing] = health.peek() if health.held else []
         conflicts: set[str] = set()
         refused = self._refused  # the recorder's own (no other thread touches it)
         if refused:
@@ -494,8 +507,9 @@ class StoreLink:
             batch = kept
         try:
             ctl.persist_failures += write_batch(
-                self.store, batch, conflicts=conflicts, raise_outage=True
-            )
+                self.store, [*held, *batch] if held else batch, conflicts=conflicts,
+                raise_outage=True,
+            )  # fmt: skip
         except StoreOutage as exc:
             ctl.persist_failures += 1
             now = self.book.clock.now()
@@ -514,8 +528,10 @@ class StoreLink:
             ctl.persist_failures += 1
             log.exception("store write failed; the task goes on")
             return
+        if held:
+            health.written(len(held))
         if health.failing_since is not None:
-            log.warning("the store takes writes again; %d held writes written", len(batch))
+            log.warning("the store takes writes again; %d held writes written", len(held))
             health.recovered()
             self.ctl._poke()
         if conflicts:
@@ -545,6 +561,13 @@ class StoreLink:
         self.converge_refused()
         if self.health._to_mark or self.health._to_unmark:
             self.mark_rows()
+        if self.health.held and mono >= self._next_retry:
+            self._next_retry = mono + HELD_RETRY_EVERY
+            self.retry_held()
+
+    def retry_held(self) -> None:
+        """Have the recorder try the held writes again, in order (no new batch needed)."""
+        self.book.bus.put_many([RetryHeld()])  # type: ignore[list-item]
 
     def mark_rows(self) -> None:
         """A line in each affected task's log (the row shows it): "not saved: <reason>"

@@ -83,7 +83,7 @@ def test_a_read_only_database_warns_once_holds_writes_and_catches_up(
         assert health["saved"] is False
         assert health["not_saved"].startswith("not saved: ")
         assert "read-only" in health["not_saved"] or "terminat" in health["not_saved"]
-        assert health["held_writes"] > 0 and health["dropped_writes"] == 0
+        assert health["held_writes"] > 0 and health["dropped_writes"] == 0, health
         # each task's row says so: the last line of its log
         for h in hs:
             assert ctl.logs(h.id)[-1].line.startswith("not saved: "), ctl.logs(h.id)
