@@ -84,7 +84,7 @@ def test_save_shut_down_reopen_shows_final_states_and_html_says_succeeded(
     nb.page.wait_for_function(
         """() => [...document.querySelectorAll('.jp-Notebook .jp-Cell')].slice(0, 2)
             .every(c => c.querySelectorAll('.cn-item').length === 1
-                && c.querySelector('.cn-item .cn-badge').textContent.trim() !== 'running')""",
+                && c.querySelector('.cn-item .cm-Row-status').textContent.trim() !== 'running')""",
         timeout=30_000,
     )
     nb.page.screenshot(path=str(tmp_path / "saved-live.png"))
