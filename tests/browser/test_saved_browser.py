@@ -64,13 +64,13 @@ def test_save_shut_down_reopen_shows_final_states_and_html_says_succeeded(
     nb.cell(0).locator(".cn-item").first.wait_for(timeout=30_000)
     assert saved_statuses(nb, 0) in (["running"], ["starting"], ["queued"])
     nb.run(1)
-    stop = nb.cell(1).locator(".cn-item button[data-verb=stop]")
+    stop = nb.cell(1).locator(".cn-item .cm-Row-actions button[data-verb=stop]")
     stop.wait_for(timeout=30_000)
     nb.page.wait_for_function(
         """() => {
             const b = document.querySelectorAll('.jp-Notebook .jp-Cell')[1]
-                .querySelector('.cn-item button[data-verb=stop]');
-            return !!b && !b.disabled;
+                .querySelector('.cn-item .cm-Row-actions button[data-verb=stop]');
+            return !!b && !b.hidden;
         }""",
         timeout=30_000,
     )
