@@ -434,6 +434,13 @@ class Attempts:
             t.exception = exc
             self.fail(t, fail)
             return
+        if book.shutting_down is not None:
+            # the process is going away and tears down what the task uses (IPython
+            # clears its globals): an exception now says nothing true about its code
+            why = f"{book.shutting_down}; result unknown"
+            book.end_attempt(t, S.LOST, Failure(FailureKind.LOST, why))
+            book.apply(t, book.sm.mark_lost, reason=why)
+            return
         # failed or crashed
         exc2 = outcome.exception
         t.exception = exc2

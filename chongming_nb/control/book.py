@@ -140,6 +140,10 @@ class TaskBook:
         self.id_prefix = secrets.token_hex(4)
         self._event_seq = itertools.count(1)
         self.closed = False
+        #: Why the process is going away, once it is (``Controller._shut_down``): from
+        #: then on an attempt's end is never recorded as a failure of its code, and
+        #: nothing new is launched.
+        self.shutting_down: str | None = None
 
     def new_event_id(self) -> str:
         return f"{self.id_prefix}-{next(self._event_seq)}"

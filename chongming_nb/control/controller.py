@@ -25,9 +25,12 @@ Invariants (checked by the tests):
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import random
+import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
@@ -82,13 +85,37 @@ log = logging.getLogger("chongming_nb.controller")
 #: Controllers with a store that are not closed yet: closed (drained) at exit.
 _DURABLE: weakref.WeakSet[Controller] = weakref.WeakSet()
 
+#: Seconds the tasks still running when the interpreter exits get to reach a
+#: checkpoint and stop (STOPPED); a thread that does not is abandoned (LOST, result
+#: unknown). Short: jupyter_client kills a kernel 5 s after a graceful shutdown request.
+EXIT_GRACE_SECONDS = 1.0
+
+
+def _exit_reason() -> str:
+    kernelapp = sys.modules.get("ipykernel.kernelapp")
+    app = getattr(kernelapp, "IPKernelApp", None)
+    if app is not None and app.initialized():
+        return "the kernel shut down while it ran"
+    return "the process exited while it ran"
+
 
 def _drain_at_exit() -> None:
+    reason = _exit_reason()
     for ctl in list(_DURABLE):
         try:
+            ctl._shut_down(reason, EXIT_GRACE_SECONDS)
             ctl.close(timeout=5.0)
         except Exception:  # exiting anyway: report, then let the others drain
             log.exception("closing a controller at exit failed")
+
+
+def _drain_first_at_exit() -> None:
+    """(Re-)register the exit drain so that it runs before every exit hook registered
+    so far (atexit runs hooks last-in first-out): IPython's shell registers one at its
+    start that clears the user namespace, and tasks still running then die of made-up
+    errors (``NameError``: their globals are gone). The drain must see them first."""
+    atexit.unregister(_drain_at_exit)
+    atexit.register(_drain_at_exit)
 
 
 atexit.register(_drain_at_exit)
@@ -150,6 +177,7 @@ class Controller:
             bus.persist_with(self._link.persist)
             self._link.beat_owner()
             _DURABLE.add(self)  # drained at interpreter exit
+            _drain_first_at_exit()
         self._timers = timers = TimerQueue(book, float(stop_grace), float(pause_grace))
         self._admission = admission = Admission(book, policy, buckets)
         self._deps = deps = Dependencies(book, admission, timers)
@@ -649,6 +677,36 @@ class Controller:
             return verify(_transitions(t.snap.task_id, t.history), t.snap)
 
     # --------------------------------------------------------------- lifecycle
+
+    def _shut_down(self, reason: str, grace: float) -> None:
+        """The process is going away (at exit, before anything tears the tasks' world
+        down): record the truth about the attempts still running.
+
+        From here on no attempt's end is recorded as a failure of its code
+        (``TaskBook.shutting_down``: an exception now may be the teardown's, e.g. the
+        namespace IPython clears) and nothing new starts. Each live execution is asked to
+        stop with ``reason``; one that reaches a checkpoint within ``grace`` seconds is
+        STOPPED, one that does not is handled as an expired stop window (a thread is
+        abandoned: LOST, result unknown; a process is killed: STOPPED)."""
+        book = self._book
+        with book.lock:
+            book.shutting_down = reason
+            live = [t.snap.task_id for t in self._attempts.executing]
+        for task_id in live:
+            try:
+                self._verbs.stop(task_id, grace, actor="shutdown", reason=reason, wait=False)
+            except Exception:  # not stoppable now (e.g. it just ended): settled below
+                log.debug("stopping %s at shutdown", task_id, exc_info=True)
+        deadline = time.monotonic() + grace  # real time, like Queries.wait
+        for task_id in live:
+            with contextlib.suppress(TimeoutError):
+                self._queries.wait(task_id, max(0.0, deadline - time.monotonic()))
+        with book.lock:
+            for task_id in live:
+                t = book.tasks[task_id]
+                if t.exec_attempt and t.snap.status is TaskStatus.STOPPING:
+                    self._dispatcher.stop_window_expired(t)
+            book.flush_outbox()
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the background threads (running tasks are not stopped).

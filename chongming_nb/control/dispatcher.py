@@ -139,7 +139,7 @@ class Dispatcher:
                 token.wake()
         elif kind is TimerKind.STOP:
             if t.exec_attempt == marker and (s.status is S.STOPPING or t.timeout_kind is not None):
-                self._stop_window_expired(t)
+                self.stop_window_expired(t)
         elif kind is TimerKind.TIMEOUT:
             if t.exec_attempt != marker or t.timeout_kind is not None or s.status in TERMINAL:
                 return
@@ -167,7 +167,8 @@ class Dispatcher:
                 now + self.timers.stop_grace, TimerKind.STOP, s.task_id, t.exec_attempt
             )
 
-    def _stop_window_expired(self, t: TaskEntry) -> None:
+    def stop_window_expired(self, t: TaskEntry) -> None:
+        """Under the lock: a stop window ran out (its timer, or the process exits)."""
         book = self.book
         sm = book.sm
         h = t.handle
@@ -184,6 +185,8 @@ class Dispatcher:
             )
             if t.timeout_kind is not None:
                 why = f"{t.timeout_kind.value}: {why}"
+            if book.shutting_down is not None:
+                why = f"{book.shutting_down}; {why}"
             fail = Failure(FailureKind.LOST, why)
             book.end_attempt(t, S.LOST, fail, abandoned=True)
             if s.status is S.PAUSING:

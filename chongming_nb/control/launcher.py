@@ -133,7 +133,10 @@ class Launcher:
         attempts = self.attempts
         if attempts.pending_starts or attempts.pending_finishes:
             attempts.settle_pending()
-        launches = [self._prepare_launch(t) for t in self.admission.admit()]
+        if self.book.shutting_down is not None:
+            launches = []  # the process is going away: nothing new starts
+        else:
+            launches = [self._prepare_launch(t) for t in self.admission.admit()]
         if self.book.outbox:
             self.book.flush_outbox()  # same critical section: one lock round-trip
         return launches
