@@ -158,3 +158,33 @@ def test_a_script_that_ends_while_a_task_runs_records_it(
     assert proc.returncode == 0, proc.stderr
     snap = _read(tmp_path, proc.stdout.split()[-1], said="the process exited while it ran")
     assert snap.status is status
+
+
+def test_the_exit_drain_runs_before_a_hook_that_clears_the_namespace(tmp_path: Path) -> None:
+    """An exit hook registered after ``import chongming_nb`` but before the controller
+    (as IPython's shell is, when the import comes first) clears the task's globals: the
+    drain still runs before it, so the task is LOST, not FAILED with a NameError."""
+    clears = textwrap.dedent(
+        """
+        import atexit
+        import chongming_nb.control.controller  # registers the exit drain now
+
+        def clear():  # what IPython's shell does at exit: the user namespace goes away
+            g = globals()
+            ctl, h = g["ctl"], g["h"]
+            for k in [k for k in g if not k.startswith("__")]:
+                del g[k]
+            ctl.wait(h.id, timeout=60)  # the task's end (its NameError) is recorded
+
+        atexit.register(clear)
+        """
+    )
+    script = tmp_path / "job.py"
+    script.write_text(clears + _CELL_NO_CHECKPOINT)
+    env = {**os.environ, "CHONGMING_STORE": str(tmp_path / "tasks.db")}
+    proc = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    snap = _read(tmp_path, proc.stdout.split()[-1], said="the process exited while it ran")
+    assert snap.status is cn.TaskStatus.LOST
