@@ -123,6 +123,10 @@ _stopper: threading.Thread | None = None
 _hooked_shells: set[int] = set()
 #: main-thread loops left by their ``for`` whose outcome the end of the cell decides
 _deferred: list[tqdm[Any]] = []
+#: the running cell's outputs whose rows went away (``leave=False``): the cell's next row
+#: takes one over instead of adding an output, so nested loops leave no trail of empty
+#: outputs behind; emptied when the cell ends (a row never writes into another cell)
+_free_outputs: list[Any] = []
 
 
 def _thread_guard() -> list[None]:
@@ -216,6 +220,7 @@ def _after_cell(result: Any = None) -> None:
     for loop in left:
         loop._end(error)
     stack[:] = [lp for lp in stack if not lp._ended]
+    _free_outputs.clear()
 
 
 def _hook_cell_end(shell: Any) -> bool:
@@ -252,7 +257,11 @@ def _display_row(ctl: Any, task_id: str) -> tuple[Any, Any]:
     from chongming_nb.notebook.display import make_table
 
     table = make_table(ctl, task_ids=[task_id], kind="task")
-    dh = display(table.bundle(), raw=True, display_id=True)
+    if _free_outputs:  # an output of this cell whose row went away
+        dh = _free_outputs.pop()
+        dh.update(table.bundle(), raw=True)
+    else:
+        dh = display(table.bundle(), raw=True, display_id=True)
     table.keep_display_updated(dh.display_id)
     return table, dh
 
@@ -654,6 +663,8 @@ class tqdm(Generic[T]):
             else:
                 self._table.close()  # first: it would put the row back at its next flush
                 dh.update({"text/plain": ""}, raw=True)
+                if threading.current_thread() is threading.main_thread():
+                    _free_outputs.append(dh)  # the cell's next row takes it over
 
     def _end_stopped(self, reason: str) -> None:
         if self._ended:

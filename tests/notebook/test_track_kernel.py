@@ -168,3 +168,36 @@ def test_outside_jupyter(tmp_path: Path, runner: str) -> None:
     # a terminal) and the disable=True one draw nothing
     assert done.stderr.count("conv: 100%|") >= 1 and "50/50" in done.stderr
     assert "10/10" not in done.stderr
+
+
+def test_inner_loops_that_leave_reuse_one_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # each finished leave=False row used to leave an empty output behind: 40 inner loops
+    # made 40 outputs, JupyterLab folded them under "Show more outputs" (its limit is 50)
+    # with the outer loop's one line below them, and the saved notebook kept them all
+    monkeypatch.setenv("JPY_SESSION_NAME", str(tmp_path / "nested.ipynb"))
+    monkeypatch.setenv("CHONGMING_STORE", str(tmp_path / "tasks.db"))
+    out = _run(
+        [
+            "import chongming_nb as cn\n"
+            "for i in cn.track(range(40), desc='outer'):\n"
+            "    for j in cn.track(range(3), desc=f'inner-{i}', leave=False):\n"
+            "        pass",
+            "for i in cn.track(range(2), desc='next-cell'):\n"
+            "    for j in cn.track(range(2), desc=f'inner-next-{i}', leave=False):\n"
+            "        pass",
+        ],
+        tmp_path,
+    )
+    assert not _errors(out[0]) and not _errors(out[1])
+    shown = [o for o in out[0] if o.get("output_type") == "display_data"]
+    texts = [o["data"].get("text/plain", "") for o in shown]
+    # the outer row, and one output the inner rows took turns in (empty once they left)
+    assert len(shown) == 2, texts
+    assert "outer" in texts[0] and "succeeded" in texts[0]
+    assert texts[1] == ""
+    # a later cell never writes into an earlier cell's output
+    nxt = [o for o in out[1] if o.get("output_type") == "display_data"]
+    assert len(nxt) == 2 and "next-cell" in nxt[0]["data"]["text/plain"]
+    assert "next-cell" not in "".join(texts)
