@@ -73,6 +73,18 @@ def check_row_fits(page: Any, row: Any, width: int, where: str, shots: Path) -> 
     assert pct.is_visible()
     ok, box = box_inside(page, pct)
     assert ok, f"{where}: the percentage is outside the {width} px window: {box}"
+    # the widest percentage fits its cell whole (a clipped "10…" would read as 10%)
+    widest_fits = row.evaluate(
+        """(r) => {
+            const p = r.querySelector('.cm-Row-pct');
+            const shown = p.textContent;
+            p.textContent = '100%';
+            const fits = p.scrollWidth <= p.clientWidth;
+            p.textContent = shown;
+            return fits;
+        }"""
+    )
+    assert widest_fits, f"{where}: '100%' is clipped in the percentage cell at {width} px"
     for cell in (".cm-Row-name", ".cm-Row-status", ".cm-Row-bar", ".cm-Row-count"):
         ok, box = box_inside(page, row.locator(cell))
         assert ok, f"{where}: {cell} is outside the {width} px window: {box}"
