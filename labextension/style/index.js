@@ -1,1 +1,2 @@
+import './row.css';
 import './base.css';
