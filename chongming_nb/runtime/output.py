@@ -155,8 +155,11 @@ class Capture:
         asm.write(s)
 
     def record(self, record: logging.LogRecord) -> None:
+        # the task's own ctx.log speaks for the task: its lines need no logger name;
+        # another logger's lines say which library they come from
+        formatter = _OWN_FORMATTER if record.name == TASK_LOGGER_NAME else _FORMATTER
         try:
-            msg = _FORMATTER.format(record)
+            msg = formatter.format(record)
         except Exception:  # a bad format string must not break the task
             try:
                 msg = f"{record.name}: {record.msg!s}"
@@ -175,6 +178,9 @@ class Capture:
 #: The capture of the attempt running in this context (None outside tasks).
 _current: ContextVar[Capture | None] = ContextVar("chongming_nb_capture", default=None)
 _FORMATTER = logging.Formatter("%(name)s: %(message)s")
+_OWN_FORMATTER = logging.Formatter("%(message)s")
+#: The logger behind ``ctx.log``.
+TASK_LOGGER_NAME = "chongming_nb.tasks"
 
 
 def current_capture() -> Capture | None:
@@ -277,7 +283,7 @@ def _in_place() -> bool:
     )
 
 
-_tasks_logger = logging.getLogger("chongming_nb.tasks")
+_tasks_logger = logging.getLogger(TASK_LOGGER_NAME)
 
 
 def install() -> None:
