@@ -628,7 +628,9 @@ class Cli:
         else:
             stream = self.out if code == EXIT_OK else self.err
             outcome = ""
-            if command.outcome:
+            # applied: the fresh status says it all (the owner's own "applied: pause (now
+            # pausing)" was printed before it, and read stale beside "status now paused")
+            if command.outcome and result != CommandState.DONE.value:
                 msg = command.outcome.get("message") or command.outcome.get("error")
                 outcome = f": {msg}" if msg else f": {json.dumps(to_jsonable(command.outcome))}"
             stream.write(

@@ -255,7 +255,7 @@ def test_control_verb_applied_by_owner(db: tuple[str, SqliteStore]) -> None:
     with FakeOwner(store) as owner:
         code, out, err = run("--store", url, "pause", "q1", "--wait", "10")
     assert code == EXIT_OK, err
-    assert "pause q1: done: now paused (status now paused)" in out
+    assert "pause q1: done (status now paused)\n" in out
     assert owner.applied == ["pause"]
     cmd = store.commands("q1")[0]
     assert cmd.actor.startswith("cli:") and cmd.state is CommandState.DONE

@@ -376,7 +376,7 @@ def test_wait_re_reads_the_command_before_reporting_a_timeout(
     try:
         code, out, err = run("--store", str(db), "pause", "ok1", "--wait", "1")
         assert code == EXIT_OK, err
-        assert out == "pause ok1: done: applied (status now queued)\n"
+        assert out == "pause ok1: done (status now queued)\n"
         (cmd,) = owner.commands("ok1")
         assert cmd.state is CommandState.DONE
     finally:
