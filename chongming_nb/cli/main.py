@@ -561,6 +561,7 @@ class Cli:
         except ConfigurationError as exc:  # pragma: no cover - verbs are fixed by argparse
             raise CliError(EXIT_USAGE, str(exc)) from exc
         if not ok:
+            why = (why or "").replace("retry(force=True)", "--force")  # the CLI's words
             raise CliError(EXIT_ILLEGAL, f"cannot {verb} task {clean(snap.task_id)}: {why}")
         args: dict[str, Any] = {}
         if verb == "stop":

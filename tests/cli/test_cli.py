@@ -267,6 +267,8 @@ def test_control_json_and_retry_force(db: tuple[str, SqliteStore]) -> None:
     url, store = db
     code, _, err = run("--store", url, "retry", "f1")
     assert code == EXIT_ILLEGAL and "attempts exhausted" in err
+    # the way out is named in the CLI's words, not the Python API's
+    assert "--force grants one more" in err and "retry(force=True)" not in err
     assert store.commands() == [], "an illegal verb writes nothing"
     with FakeOwner(store):
         code, out, _ = run("--store", url, "--json", "retry", "f1", "--force")
