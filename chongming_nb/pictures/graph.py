@@ -130,7 +130,10 @@ def to_svg(pic: GraphPicture) -> str:
     muted = "var(--jp-ui-font-color2, #57606a)"
     bg = "var(--jp-layout-color1, #ffffff)"
     out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="cn-graph" width="{pic.width:.0f}" '
+        # max-width:none: a wide graph scrolls in its output instead of shrinking until its
+        # text cannot be read (JupyterLab scales images and SVGs to the output's width)
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="cn-graph" style="max-width:none" '
+        f'width="{pic.width:.0f}" '
         f'height="{pic.height:.0f}" viewBox="0 0 {pic.width:.0f} {pic.height:.0f}" role="img" '
         f'aria-label="{esc(pic.title or "pipeline graph")}" '
         'font-family="var(--jp-ui-font-family, sans-serif)" font-size="11">'

@@ -102,6 +102,8 @@ def test_a_runs_graph_shows_statuses_map_counts_skips_and_compensations(ctl) -> 
     assert "undone" in "".join(nodes["a"].itertext())  # the rollback ran its compensation
     bundle = pic._repr_mimebundle_()
     assert bundle["text/html"].startswith('<div class="cn-graph-output"')
+    # a wide graph scrolls at its own size rather than shrinking to the output's width
+    assert 'style="max-width:none"' in bundle["text/html"]
     assert "1 failed" in bundle["text/plain"]
 
 
