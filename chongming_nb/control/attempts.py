@@ -22,17 +22,17 @@ from typing import Any, NamedTuple, Protocol
 from chongming_nb.control.admission import Admission
 from chongming_nb.control.book import TaskBook, TaskEntry, history_row
 from chongming_nb.control.dependencies import Dependencies
-from chongming_nb.control.messages import AppendLog, TouchProgress
+from chongming_nb.control.messages import AppendLog, TouchProgress, TrimLogs
 from chongming_nb.control.recovery import ConvergePlan
 from chongming_nb.control.timers import TICK_SECONDS, TimerKind, TimerQueue
 from chongming_nb.core.errors import ConfigurationError, TaskTimeout
 from chongming_nb.core.events import AttemptFailed, ProgressUpdated, TaskLogLine, TaskOutput
 from chongming_nb.core.models import Failure, FailureKind
-from chongming_nb.core.policies import Timeout
+from chongming_nb.core.policies import Timeout, clip_text
 from chongming_nb.core.states import TERMINAL, TaskStatus
 from chongming_nb.runtime.cancellation import CancellationToken
 from chongming_nb.runtime.executors import ExecutionRequest, Executor, Outcome
-from chongming_nb.stores.protocol import LogRecord
+from chongming_nb.stores.protocol import LogRecord, log_size
 
 log = logging.getLogger("chongming_nb.controller")
 
@@ -41,7 +41,11 @@ S = TaskStatus
 #: At most one ProgressUpdated event per task per this many seconds.
 PROGRESS_EVENT_INTERVAL = 0.1
 #: Log lines kept in memory per task (older ones stay in the store, if any).
-LOG_RING = 2000
+LOG_RING = 2000  # (the default of HistoryLimits.memory_log_lines)
+#: Log text waiting for the store beyond which a printing task waits for the recorder
+#: (what the kernel holds for logs stays bounded however fast a task prints).
+LOG_INFLIGHT_HIGH = 2_000_000
+LOG_INFLIGHT_LOW = 500_000
 
 
 class Launch(NamedTuple):
@@ -205,9 +209,13 @@ class Attempts:
         self.unlocked()
 
     def on_log(self, t: TaskEntry, stream: str, line: str, level: str | None) -> None:
-        with self.book.lock:
+        book = self.book
+        with book.lock:
             self.log_line(t, stream, line, level)
         self.unlocked()
+        # a task printing faster than the store writes waits (never under the lock)
+        # until the recorder has written most of what is queued
+        book.wait_log_drained(LOG_INFLIGHT_HIGH, LOG_INFLIGHT_LOW, timeout=10.0)
 
     def note(self, task_id: str, message: str) -> None:
         """Under the lock: a warning line in a task's log (shown in its row)."""
@@ -244,9 +252,18 @@ class Attempts:
         book = self.book
         now = book.clock.now()
         rec = LogRecord(now, stream, line, level)
-        if t.logs is None:
-            t.logs = deque(maxlen=LOG_RING)
-        t.logs.append(rec)
+        lim = book.limits
+        # the kernel's copy: the newest lines, bounded in count and in text
+        logs = t.logs
+        if logs is None:
+            logs = t.logs = deque()
+        logs.append(rec)
+        t.log_bytes += len(line)
+        while len(logs) > 1 and (
+            len(logs) > lim.memory_log_lines or t.log_bytes > lim.memory_log_bytes
+        ):
+            t.log_bytes -= len(logs.popleft().line)
+            t.log_dropped += 1
         book.outbox.append(
             TaskLogLine(
                 event_id=book.new_event_id(),
@@ -259,6 +276,15 @@ class Attempts:
         )
         if book.store is not None:
             book.outbox.append(AppendLog(t.snap.task_id, rec))
+            size = log_size(line)
+            book.log_queued(size)
+            cap = lim.store_log_bytes
+            if cap is not None:
+                # the store keeps the newest ``cap``: trimmed when 2% over, to 2% under
+                t.store_log_bytes += size
+                if t.store_log_bytes > cap + cap // 50:
+                    t.store_log_bytes = cap - cap // 50
+                    book.outbox.append(TrimLogs(t.snap.task_id, t.store_log_bytes))
 
     def on_pause_reached(self, t: TaskEntry, attempt: int) -> bool:
         book = self.book
@@ -450,8 +476,8 @@ class Attempts:
         )
         fail = Failure(
             kind,
-            outcome.message or "failed",
-            traceback=outcome.traceback,
+            clip_text(outcome.message, self.book.limits.text_chars) or "failed",
+            traceback=clip_text(outcome.traceback, self.book.limits.text_chars),
             retryable=retryable,
             exit_code=outcome.exit_code,
             exception_type=outcome.exception_type,

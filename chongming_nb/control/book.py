@@ -63,7 +63,7 @@ from chongming_nb.core.models import (
     TaskSnapshot,
     Transition,
 )
-from chongming_nb.core.policies import JoinMode
+from chongming_nb.core.policies import HistoryLimits, JoinMode
 from chongming_nb.core.state_machine import StateMachine
 from chongming_nb.core.states import TERMINAL, TaskStatus
 from chongming_nb.runtime.cancellation import CancellationToken
@@ -100,6 +100,9 @@ class TaskEntry:
     attempts: list[AttemptRecord] = field(default_factory=list)
     extra_events: list[Event] | None = None
     logs: deque[LogRecord] | None = None
+    log_bytes: int = 0  # text of ``logs``
+    log_dropped: int = 0  # lines dropped from ``logs`` (oldest first)
+    store_log_bytes: int = 0  # what the store holds of this task's log (an upper bound)
     result: Any = None
     exception: BaseException | None = None
     handle: ExecutionHandle | None = None
@@ -144,6 +147,34 @@ class TaskBook:
         #: then on an attempt's end is never recorded as a failure of its code, and
         #: nothing new is launched.
         self.shutting_down: str | None = None
+        #: what each task may keep (set by the Controller)
+        self.limits = HistoryLimits()
+        #: log text queued for the store and not written yet (``log_size`` units; see
+        #: Attempts.on_log). Guarded by ``log_drained``'s own lock, not the book's: the
+        #: recorder lowers it (``log_written``) and never takes the book's lock.
+        self.log_inflight = 0
+        self.log_drained = threading.Condition(threading.Lock())
+
+    def log_queued(self, size: int) -> None:
+        """A line of ``size`` went into the outbox for the store (any thread)."""
+        with self.log_drained:
+            self.log_inflight += size
+
+    def log_written(self, size: int) -> None:
+        """Recorder thread: ``size`` of queued log text left the kernel's queue."""
+        with self.log_drained:
+            self.log_inflight -= size
+            self.log_drained.notify_all()
+
+    def wait_log_drained(self, high: int, low: int, timeout: float) -> None:
+        """Without the book's lock: if more than ``high`` log text is queued for the
+        store, wait until at most ``low`` is (or the book closes, or ``timeout``)."""
+        if self.log_inflight <= high:  # lock-free read: a stale answer only waits less
+            return
+        with self.log_drained:
+            self.log_drained.wait_for(
+                lambda: self.log_inflight <= low or self.closed, timeout=timeout
+            )
 
     def new_event_id(self) -> str:
         return f"{self.id_prefix}-{next(self._event_seq)}"

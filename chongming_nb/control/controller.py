@@ -65,6 +65,7 @@ from chongming_nb.core.models import AttemptRecord, FailureKind, TaskSnapshot, T
 from chongming_nb.core.policies import (
     BucketPolicy,
     ConcurrencyPolicy,
+    HistoryLimits,
     RetentionPolicy,
     RetryPolicy,
     Timeout,
@@ -147,10 +148,13 @@ class Controller:
         retention: RetentionPolicy | None = None,
         max_parallel: int | None = None,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        history: HistoryLimits | None = None,
     ) -> None:
         policy = concurrency_policy(concurrency, max_parallel)
         if retention is not None and not isinstance(retention, RetentionPolicy):
             raise ConfigurationError(f"retention must be a RetentionPolicy, got {retention!r}")
+        if history is not None and not isinstance(history, HistoryLimits):
+            raise ConfigurationError(f"history must be a HistoryLimits, got {history!r}")
         check_seconds("stop_grace", stop_grace)
         check_seconds("pause_grace", pause_grace)
         if stop_grace is None or pause_grace is None:
@@ -171,6 +175,8 @@ class Controller:
         self._store: TaskStore | None = store
         self._bus = bus = EventBus()
         self._book = book = TaskBook(self._clock, bus, store)
+        #: what each task keeps (log lines in memory and in the store, failure texts)
+        self.history_limits = book.limits = history or HistoryLimits()
         self._link: StoreLink | None = None
         if store is not None:
             self._link = StoreLink(self, book, store, lease_seconds=lease_seconds)
@@ -721,6 +727,8 @@ class Controller:
         with book.wake:
             book.closed = True
             book.wake.notify_all()
+        with book.log_drained:  # a task waiting for the recorder to write its log
+            book.log_drained.notify_all()
         thread = self._dispatcher.thread
         if thread is not threading.current_thread() and thread.is_alive():
             thread.join(timeout)

@@ -81,6 +81,15 @@ class AppendLog:
     line: LogRecord
 
 
+@dataclass(slots=True)
+class TrimLogs:
+    """Keep the newest ``keep`` bytes of a task's log in the store (after the lines
+    written before it in the same batch); see ``TaskStore.trim_logs``."""
+
+    task_id: str
+    keep: int
+
+
 #: A store write (never published).
 StoreWrite = (
     CreateTask
@@ -92,6 +101,7 @@ StoreWrite = (
     | TouchHeartbeat
     | TouchLease
     | AppendLog
+    | TrimLogs
 )
 
 #: One outbox item.
@@ -109,5 +119,6 @@ STORE_WRITES: frozenset[type] = frozenset(
         TouchHeartbeat,
         TouchLease,
         AppendLog,
+        TrimLogs,
     }
 )

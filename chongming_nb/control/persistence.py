@@ -32,6 +32,7 @@ from chongming_nb.control.messages import (
     TouchHeartbeat,
     TouchLease,
     TouchProgress,
+    TrimLogs,
 )
 from chongming_nb.control.ownership import DEFAULT_GRACE_SECONDS, DEFAULT_LEASE_SECONDS, OwnerId
 from chongming_nb.control.recovery import converge_plan, reconcile_store
@@ -53,7 +54,7 @@ from chongming_nb.core.models import (
 )
 from chongming_nb.core.state_machine import replay
 from chongming_nb.core.states import NON_TERMINAL
-from chongming_nb.stores.protocol import EventRecord, OwnerRecord, TaskQuery, Touch
+from chongming_nb.stores.protocol import EventRecord, OwnerRecord, TaskQuery, Touch, log_size
 
 if TYPE_CHECKING:
     from chongming_nb.control.book import TaskBook, TaskEntry
@@ -171,6 +172,7 @@ def write_batch(
     touches: list[Touch] = []
     logs: dict[str, list[Any]] = {}
     clears: list[str] = []
+    trims: dict[str, int] = {}  # task -> log budget, applied after this batch's lines
     add_item = items.append
     add_transition = transitions.append
     durable = _DURABLE
@@ -205,6 +207,8 @@ def write_batch(
             )
         elif cls is AppendLog:
             logs.setdefault(item.task_id, []).append(item.line)
+        elif cls is TrimLogs:
+            trims[item.task_id] = item.keep
         elif cls is ClearAttempts:
             tid = item.task_id
             clears.append(tid)
@@ -212,7 +216,36 @@ def write_batch(
             for key in [k for k in attempts if k[0] == tid]:
                 del attempts[key]
     if not (items or transitions or attempts or events or touches or logs or clears):
-        return 0
+        return _trim(store, trims)
+    failures = _write(
+        store, items, transitions, attempts, events, touches, logs, clears, conflicts, raise_outage
+    )
+    return failures + _trim(store, trims)
+
+
+def _trim(store: Any, trims: dict[str, int]) -> int:
+    failures = 0
+    for tid, keep in trims.items():
+        try:
+            store.trim_logs(tid, keep)
+        except Exception:
+            failures += 1
+            log.exception("trimming the log of %s failed", tid)
+    return failures
+
+
+def _write(
+    store: Any,
+    items: list[tuple[TaskSnapshot, int | None]],
+    transitions: list[Transition],
+    attempts: dict[tuple[str, int], AttemptRecord],
+    events: list[EventRecord],
+    touches: list[Touch],
+    logs: dict[str, list[Any]],
+    clears: list[str],
+    conflicts: set[str] | None,
+    raise_outage: bool,
+) -> int:
     record = getattr(store, "record_batch", None)
     if record is not None:
         try:
@@ -230,7 +263,7 @@ def write_batch(
             if raise_outage and isinstance(exc, StoreError) and not _is_conflict(exc):
                 raise StoreOutage(exc) from exc
             if not _is_conflict(exc):
-                log.exception("group commit of %d items failed; writing one by one", len(batch))
+                log.exception("group commit of %d items failed; writing one by one", len(items))
             failures = _side_writes(store, clears, {}, [])
             failures += _one_by_one(
                 store, items, transitions, list(attempts.values()), events, conflicts
@@ -487,7 +520,17 @@ class StoreLink:
 
     # ------------------------------------------------------------ recording
     def persist(self, batch: list[Outgoing]) -> None:
-        """Recorder thread: write a batch (after any held ones), in order, grouped."""
+        """Recorder thread: write a batch (after any held ones), in order, grouped;
+        then the log text it carried no longer counts as queued (written, or held
+        within the outage's own limit), and a task waiting to print goes on."""
+        try:
+            self._persist(batch)
+        finally:
+            queued = sum(log_size(i.line.line) for i in batch if i.__class__ is AppendLog)
+            if queued:
+                self.book.log_written(queued)
+
+    def _persist(self, batch: list[Outgoing]) -> None:
         ctl = self.ctl
         health = self.health
         held: list[Outgoing] = health.peek() if health.held else []

@@ -20,7 +20,7 @@ from chongming_nb.core.events import Event, TaskStatusChanged
 from chongming_nb.core.models import AttemptRecord, TaskSnapshot, Transition
 from chongming_nb.core.states import TERMINAL, TaskStatus
 from chongming_nb.core.validation import check_int64, check_seconds
-from chongming_nb.stores.protocol import LogRecord
+from chongming_nb.stores.protocol import DROPPED_STREAM, LogRecord, dropped_marker
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -122,7 +122,15 @@ class Queries:
         with self.book.lock:
             t = self.book.task(task_id)
             lines = list(t.logs or ())
-        return lines[-limit:] if limit else lines
+            dropped = t.log_dropped
+        kept = len(lines)
+        if limit:
+            lines = lines[-limit:]
+        if dropped and (not limit or limit > kept):
+            # said out loud: a marker line first, as the store and the CLI show it
+            at = lines[0].at if lines else self.book.clock.now()
+            lines.insert(0, LogRecord(at, DROPPED_STREAM, dropped_marker(dropped)))
+        return lines
 
     def result(self, task_id: object) -> Any:
         with self.book.lock:

@@ -294,3 +294,39 @@ class BucketPolicy:
             raise ConfigurationError(f"bucket keys are strings, got {type(key).__name__}")
         digest = hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest()
         return int.from_bytes(digest, "big") % self.num_buckets
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryLimits:
+    """How much of a task's history is kept (``Controller(history=...)``); each is said
+    out loud where it applies.
+
+    ``store_log_bytes``: log text kept per task in the store (each line counts its
+    length + 100 for the row); the oldest lines are dropped first and one "… N lines
+    dropped" line stands for them. None: no limit.
+    ``memory_log_lines`` / ``memory_log_bytes``: the kernel keeps at most this many of a
+    task's newest lines, and this much of their text, for ``h.logs()``.
+    ``text_chars``: a failure's message and an attempt's traceback are cut to this many
+    characters, with a marker giving the full size (one traceback per attempt).
+    """
+
+    store_log_bytes: int | None = 10_000_000
+    memory_log_lines: int = 2_000
+    memory_log_bytes: int = 1_000_000
+    text_chars: int = 65_536
+
+    def __post_init__(self) -> None:
+        if self.store_log_bytes is not None:
+            _check_count("store_log_bytes", self.store_log_bytes)
+        _check_count("memory_log_lines", self.memory_log_lines)
+        _check_count("memory_log_bytes", self.memory_log_bytes)
+        _check_count("text_chars", self.text_chars)
+        if self.text_chars < 256:
+            raise ConfigurationError(f"text_chars must be >= 256, got {self.text_chars!r}")
+
+
+def clip_text(text: str | None, limit: int) -> str | None:
+    """``text`` cut to ``limit`` characters, with a marker giving its full size."""
+    if text is None or len(text) <= limit:
+        return text
+    return text[:limit] + f"\n… [cut: {len(text)} characters in all, {limit} kept]"

@@ -32,6 +32,7 @@ from chongming_nb.stores._sql import Dialect, purge_statuses, task_order, task_w
 from chongming_nb.stores.protocol import (
     DROPPED_STREAM,
     LOG_ROW_OVERHEAD,
+    LOG_TEXT_WEIGHT,
     EventRecord,
     LogRecord,
     OwnerRecord,
@@ -536,7 +537,7 @@ class SqlStore(TouchViaTouchMany, WritesViaRecordBatch):
         with self._write() as conn:
             cut = conn.execute(
                 self._sql(
-                    "SELECT seq FROM (SELECT seq, SUM(LENGTH(line) + ?) OVER "
+                    f"SELECT seq FROM (SELECT seq, SUM({LOG_TEXT_WEIGHT} * LENGTH(line) + ?) OVER "
                     "(ORDER BY at DESC, seq DESC) AS acc FROM logs WHERE task_id = ? "
                     "AND stream <> ?) ranked WHERE acc > ? ORDER BY acc LIMIT 1"
                 ),

@@ -114,14 +114,20 @@ class LogRecord:
 
 #: The ``stream`` of the marker line that stands for lines no longer kept.
 DROPPED_STREAM = "dropped"
-#: What one log line costs a store beside its text (time, stream, task id, indexes):
-#: the per-task log budget counts ``len(line) + LOG_ROW_OVERHEAD`` per line.
+#: The log budget's byte model, one for every store and for the controller: a line
+#: counts ``LOG_TEXT_WEIGHT * len(line) + LOG_ROW_OVERHEAD`` (``log_size``).
+#: Its text counts twice: a row of ~1 KB fills a 4 KB page only three times, and the
+#: pages of trimmed lines are reused, not returned — so what a store's file grows by
+#: stays within the budget, and the text kept is about half of it.
+LOG_TEXT_WEIGHT = 2
+#: What one log line costs a store beside its text (time, stream, task id, indexes).
 LOG_ROW_OVERHEAD = 100
 
 
 def log_size(line: str) -> int:
-    """What a line counts against a task's log budget."""
-    return len(line) + LOG_ROW_OVERHEAD
+    """What a line counts against a task's log budget (see ``LOG_TEXT_WEIGHT``);
+    ``len`` counts characters, as SQL's ``LENGTH`` does."""
+    return LOG_TEXT_WEIGHT * len(line) + LOG_ROW_OVERHEAD
 
 
 def dropped_marker(n: int) -> str:
@@ -272,7 +278,8 @@ class TaskStore(Protocol):
     def append_logs(self, task_id: str, lines: Sequence[LogRecord]) -> None: ...
 
     def trim_logs(self, task_id: str, max_bytes: int) -> int:
-        """Keep the newest lines of the task that fit ``max_bytes`` (``log_size`` each);
+        """Keep the newest lines of the task that fit ``max_bytes`` (``log_size`` each:
+        twice the text plus 100);
         the older ones are replaced by one marker line (stream ``dropped``, "… N lines
         dropped", N counting every line dropped so far) that sorts first. Returns the
         number of lines dropped by this call."""

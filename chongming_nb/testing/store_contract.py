@@ -49,6 +49,7 @@ from chongming_nb.stores.protocol import (
     TaskQuery,
     TaskStore,
     Touch,
+    log_size,
 )
 
 __all__ = ["T0", "StoreContract", "full_snapshot", "snap"]
@@ -492,20 +493,35 @@ class StoreContract:
         expect_eq(store.logs("none"), [], "unknown task")
 
     def case_trim_logs(self, store: TaskStore) -> None:
-        line = "x" * 900  # each counts 1,000 against the budget (LOG_ROW_OVERHEAD 100)
+        line = "x" * 900  # each counts 1,900 against the budget (protocol.log_size)
         recs = [LogRecord(at(i), "stdout", f"{i:03d}{line[3:]}") for i in range(10)]
         store.append_logs("t", recs)
         store.append_logs("other", recs[:3])
         expect_eq(store.trim_logs("t", 100_000), 0, "within the budget: nothing dropped")
-        expect_eq(store.trim_logs("t", 3_500), 7, "the 7 oldest lines dropped")
+        expect_eq(store.trim_logs("t", 6_000), 7, "the 7 oldest lines dropped")
         marker = LogRecord(at(6), DROPPED_STREAM, "… 7 lines dropped")
         expect_eq(store.logs("t"), [marker, *recs[7:]], "a marker first, then the newest")
         store.append_logs("t", [LogRecord(at(20), "stdout", line)])
-        expect_eq(store.trim_logs("t", 2_000), 2, "a second trim counts on")
+        expect_eq(store.trim_logs("t", 4_000), 2, "a second trim counts on")
         expect_eq(store.logs("t")[0].line, "… 9 lines dropped", "the marker says 9 in all")
         expect_eq(len(store.logs("t")), 3, "marker and the 2 newest")
         expect_eq(len(store.logs("other")), 3, "other tasks untouched")
         expect_eq(store.trim_logs("none", 10), 0, "unknown task")
+
+    def case_trim_logs_byte_model(self, store: TaskStore) -> None:
+        # one model for every store: a line counts 2 x its characters + 100 (log_size)
+        size = log_size("é" * 450)
+        expect_eq(size, 1_000, "log_size counts characters, twice, plus 100")
+        recs = [LogRecord(at(i), "stdout", f"{i:02d}" + "é" * 448) for i in range(5)]
+        store.append_logs("b", recs)
+        expect_eq(store.trim_logs("b", 3 * size), 2, "exactly 3 lines' size keeps 3")
+        expect_eq(store.trim_logs("b", 3 * size - 1), 1, "one byte less keeps 2")
+        expect_eq(
+            [r.line for r in store.logs("b")],
+            ["… 3 lines dropped", recs[3].line, recs[4].line],
+            "the marker, then the 2 newest",
+        )
+        expect_eq(store.trim_logs("b", 2 * size), 0, "the marker does not count")
 
     def case_events(self, store: TaskStore) -> None:
         e1 = EventRecord("e1", "a", at(1), "created", {"k": [1, 2]})

@@ -123,8 +123,11 @@ def rules() -> Rules:
 
 @pytest.fixture
 def checked(monkeypatch: pytest.MonkeyPatch, rules: Rules) -> Iterator[Controller]:
-    # the book builds its lock (and the conditions on it) from this namespace
-    fake_threading = types.SimpleNamespace(RLock=RecordingLock, Condition=threading.Condition)
+    # the book builds its lock (and the conditions on it) from this namespace; its
+    # plain Lock (the queued-log count's, which the recorder may take) is not the book's
+    fake_threading = types.SimpleNamespace(
+        RLock=RecordingLock, Condition=threading.Condition, Lock=threading.Lock
+    )
     monkeypatch.setattr(book_module, "threading", fake_threading)
     holder: list[Controller] = []
     ex = CheckedExecutor(make_executor("thread"), lambda: holder[0]._book, rules)
@@ -168,6 +171,7 @@ def cooperative(ctx: TaskContext, n: int) -> int:
 
 
 def flaky(ctx: TaskContext) -> None:
+    print(f"attempt {ctx.attempt}")  # log lines: the recorder writes them without the lock
     ctx.checkpoint()
     raise ConnectionError(f"attempt {ctx.attempt}")
 
