@@ -30,6 +30,7 @@ from chongming_nb.core.events import AttemptFailed, ProgressUpdated, TaskLogLine
 from chongming_nb.core.models import Failure, FailureKind
 from chongming_nb.core.policies import Timeout, clip_text
 from chongming_nb.core.states import TERMINAL, TaskStatus
+from chongming_nb.core.validation import storable_text
 from chongming_nb.runtime.cancellation import CancellationToken
 from chongming_nb.runtime.executors import ExecutionRequest, Executor, Outcome
 from chongming_nb.stores.protocol import LogRecord, log_size
@@ -82,6 +83,11 @@ class Reporter:
         self, done: float | None, total: float | None, unit: str | None, message: str | None
     ) -> None:
         t = self.task
+        # text from the task: saved whatever it holds (lone surrogates escaped)
+        if unit is not None and not (type(unit) is str and unit.isascii()):
+            unit = storable_text(str(unit))
+        if message is not None and not (type(message) is str and message.isascii()):
+            message = storable_text(str(message))
         prev = t.live
         if prev is None:
             t.live = (done or 0, total, unit, message)
@@ -251,6 +257,7 @@ class Attempts:
         """Under the lock: one line of the task's log (kept, published, stored)."""
         book = self.book
         now = book.clock.now()
+        line = storable_text(line)  # a line with lone surrogates is saved, not dropped
         rec = LogRecord(now, stream, line, level)
         lim = book.limits
         # the kernel's copy: the newest lines, bounded in count and in text
@@ -474,13 +481,14 @@ class Attempts:
         retryable = st is not S.STOPPING and (
             t.spec.retry.is_retryable(exc2) if exc2 is not None else outcome.kind == "crashed"
         )
+        chars = self.book.limits.text_chars
         fail = Failure(
             kind,
-            clip_text(outcome.message, self.book.limits.text_chars) or "failed",
-            traceback=clip_text(outcome.traceback, self.book.limits.text_chars),
+            task_text(outcome.message, chars) or "failed",
+            traceback=task_text(outcome.traceback, chars),
             retryable=retryable,
             exit_code=outcome.exit_code,
-            exception_type=outcome.exception_type,
+            exception_type=task_text(outcome.exception_type, chars),
         )
         self.fail(t, fail)
 
@@ -556,5 +564,13 @@ def describe(value: Any) -> dict[str, Any] | None:
             out["len"] = len(value)
     with contextlib.suppress(Exception):
         if isinstance(value, int | float | bool | str) and len(repr(value)) <= 200:
-            out["value"] = value
+            out["value"] = storable_text(value) if isinstance(value, str) else value
     return out
+
+
+def task_text(text: str | None, limit: int) -> str | None:
+    """A text from the task (a failure message, a traceback) as the stores keep it: cut
+    to ``limit`` characters with its full size given, lone surrogates escaped."""
+    if text is None:
+        return None
+    return storable_text(clip_text(str(text), limit) or "")

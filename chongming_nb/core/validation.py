@@ -36,6 +36,7 @@ __all__ = [
     "check_seconds",
     "check_text",
     "describe_call",
+    "storable_text",
 ]
 
 INT64_MIN = -(2**63)
@@ -92,6 +93,21 @@ def check_text(arg: str, value: Any, *, empty: bool = False) -> str:
             f"({exc.reason} at position {exc.start})"
         ) from None
     return value
+
+
+def storable_text(text: str) -> str:
+    """``text`` as the stores can write it. Text that comes out of a task (a printed
+    line, a log message, an exception message, a progress unit) is not refused: its
+    lone surrogates, which UTF-8 cannot hold, become backslash escapes (``'\\udcff'``),
+    so the line is saved instead of failing the store's write. Other text is returned
+    as it is (the same object)."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 def check_reason(value: Any) -> str | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,6 @@ from chongming_nb import (
     Timeout,
     task,
 )
-from chongming_nb.stores import InMemoryStore
 
 BAD_SUBMIT_OPTIONS = [
     ("timeout", 1e300),
@@ -166,29 +165,6 @@ VALUES = st.one_of(
 )
 OPTIONS = ("name", "priority", "retry", "timeout", "tags", "idempotency_key", "bucket_key")
 FIELDS = ("name", "priority", "max_attempts", "tags", "idempotency_key", "bucket_key")
-
-
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    if request.param == "memory":
-        yield InMemoryStore()
-        return
-    if request.param == "sqlite":
-        s = SqliteStore(tmp_path / "sweep.db")
-        yield s
-        s.close()
-        return
-    url: str = request.getfixturevalue("postgres_url")
-    from chongming_nb.stores.postgres import PostgresStore
-
-    schema = f"t_{uuid.uuid4().hex[:16]}"
-    s = PostgresStore(url, schema=schema)
-    yield s
-    s.close()
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 def test_any_submit_option_is_refused_cleanly_or_round_trips_exactly(store: Any) -> None:
