@@ -752,6 +752,13 @@ class Controller:
 
         return display.bundle(self, self, kind="board", title="tasks")
 
+    def _ipython_display_(self) -> None:
+        """``ctl`` as a cell's value: the live board, in an output kept up to date (its
+        saved snapshot is rewritten as tasks change status, like a handle's)."""
+        from chongming_nb.control import display
+
+        display.show(self, self, kind="board", title="tasks")
+
     def __repr__(self) -> str:
         counts = {k: v for k, v in self.stats().items() if v}
         return f"<Controller tasks={sum(counts.values())} {counts}>"

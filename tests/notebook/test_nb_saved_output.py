@@ -75,8 +75,9 @@ def shell() -> Iterator[CapturingDisplayPublisher]:
         ip.display_pub = saved
 
 
-def test_a_handle_displays_with_an_id_and_its_final_state_replaces_the_first(
-    shell: CapturingDisplayPublisher,
+@pytest.mark.parametrize("shown", ["handle", "controller"])
+def test_a_handle_or_ctl_displays_with_an_id_and_its_final_state_replaces_the_first(
+    shell: CapturingDisplayPublisher, shown: str
 ) -> None:
     ctl = cn.Controller(executor="thread")
     gate = threading.Event()
@@ -89,7 +90,12 @@ def test_a_handle_displays_with_an_id_and_its_final_state_replaces_the_first(
     try:
         with recording_comms():
             h = ctl.submit(work, name="extract")
-            h._ipython_display_()  # what IPython does with `h` as a cell's value
+            # what IPython's display hook does with `h` (or `ctl`: a board) as a cell's
+            # value: `_ipython_display_`, which shows it with a display id
+            data, _ = InteractiveShell.instance().display_formatter.format(
+                h if shown == "handle" else ctl
+            )
+            assert data == {}
             first = shell.outputs[0]
             display_id = first["transient"]["display_id"]
             assert first["update"] is False and display_id
