@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import io
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +25,8 @@ from chongming_nb import (
     TaskStatus,
 )
 from chongming_nb.cli.main import main as cli
+from chongming_nb.notebook.widget import TaskTable
+from chongming_nb.testing.widgets import recording_comms
 
 S = TaskStatus
 MB = 1_000_000
@@ -136,6 +139,21 @@ def test_a_10_mb_exception_message_is_cut_with_its_full_size_over_every_attempt(
         assert "characters in all" in rec.traceback
     assert ctl.flush(30)
     assert _store_size(path) - base < 3 * MB  # was 321 MB on disk
+    # the widget: its saved output (the html snapshot shows the traceback), its full
+    # state and the row's detail reply stay small too (the bundle was 10 MB)
+    with recording_comms() as comms:
+        table = TaskTable(ctl, autoflush=False)
+        try:
+            bundle = json.dumps(table.snapshot_data())
+            assert "characters in all" in bundle and len(bundle) < limit * 3
+            table._on_custom_msg(table, {"type": "detail", "task_id": h.id, "request_id": 1})
+            table._on_custom_msg(table, {"type": "sync", "request_id": 2})
+            sent = comms[-1].custom_messages()
+            assert {m["type"] for m in sent} >= {"detail", "full"}
+            assert all(len(json.dumps(m)) < limit * 3 for m in sent)
+            assert len(json.dumps(comms[-1].state_updates())) < limit * 3
+        finally:
+            table.close()
 
 
 def test_history_limits_are_checked() -> None:
