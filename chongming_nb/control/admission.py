@@ -9,6 +9,7 @@ included (pause does not free a slot).
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import threading
@@ -41,28 +42,29 @@ def concurrency_policy(
     return concurrency or ConcurrencyPolicy()
 
 
+@dataclasses.dataclass(eq=False, repr=False, slots=True)
 class Admission:
-    def __init__(
-        self, book: TaskBook, concurrency: ConcurrencyPolicy, buckets: BucketPolicy | None
-    ) -> None:
-        self.book = book
-        self.concurrency = concurrency
-        self.buckets = buckets
-        self.ready: list[ReadyItem] = []
-        self._seq = itertools.count()
-        self.running = 0
-        # ctx.sleep: woken sleepers waiting for a slot (they go before queued tasks),
-        # and the condition they wait on (a condition of the book's lock)
-        self.waking = 0
-        self.slot_freed = threading.Condition(book.lock)
-        self.tag_use: Counter[str] = Counter()
-        self.bucket_use: Counter[int] = Counter()
-        # pipeline runs (control/pipeline.py): extra tag limits, held runs whose queued
-        # tasks are parked instead of dispatched, and statuses that hold a run at once
-        self.run_limits: dict[str, int] = {}
-        self.held_runs: set[str] = set()
-        self.parked: dict[str, list[ReadyItem]] = {}
-        self.hold_on: dict[str, frozenset[TaskStatus]] = {}
+    book: TaskBook
+    concurrency: ConcurrencyPolicy
+    buckets: BucketPolicy | None
+    ready: list[ReadyItem] = dataclasses.field(init=False, default_factory=list)
+    _seq: Iterator[int] = dataclasses.field(init=False, default_factory=itertools.count)
+    running: int = dataclasses.field(init=False, default=0)
+    # ctx.sleep: woken sleepers waiting for a slot (they go before queued tasks),
+    # and the condition they wait on (a condition of the book's lock)
+    waking: int = dataclasses.field(init=False, default=0)
+    slot_freed: threading.Condition = dataclasses.field(init=False)
+    tag_use: Counter[str] = dataclasses.field(init=False, default_factory=Counter)
+    bucket_use: Counter[int] = dataclasses.field(init=False, default_factory=Counter)
+    # pipeline runs (control/pipeline.py): extra tag limits, held runs whose queued
+    # tasks are parked instead of dispatched, and statuses that hold a run at once
+    run_limits: dict[str, int] = dataclasses.field(init=False, default_factory=dict)
+    held_runs: set[str] = dataclasses.field(init=False, default_factory=set)
+    parked: dict[str, list[ReadyItem]] = dataclasses.field(init=False, default_factory=dict)
+    hold_on: dict[str, frozenset[TaskStatus]] = dataclasses.field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.slot_freed = threading.Condition(self.book.lock)
 
     def enqueue(self, t: TaskEntry) -> None:
         """Under the lock, for a task just made QUEUED."""

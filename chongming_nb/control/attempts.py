@@ -13,6 +13,7 @@ the attempt a report must name to count).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import random
 from collections import deque
@@ -135,26 +136,24 @@ class Reporter:
         self.room.on_finished(self.task, self.attempt, outcome)
 
 
+@dataclasses.dataclass(eq=False, repr=False, slots=True)
 class Attempts:
-    def __init__(
-        self,
-        book: TaskBook,
-        admission: Admission,
-        deps: Dependencies,
-        timers: TimerQueue,
-        rng: random.Random,
-    ) -> None:
-        self.book = book
-        self.admission = admission
-        self.deps = deps
-        self.timers = timers
-        self.rng = rng
-        self.pump: Pump  # the launcher, set when it is built (it sits above this room)
-        self.executing: set[TaskEntry] = set()
-        # (task, attempt, wall time, monotonic) of starts reported while the lock was busy
-        self.pending_starts: deque[tuple[TaskEntry, int, datetime, float]] = deque()
-        # (task, attempt, outcome) of attempt ends reported while the lock was busy
-        self.pending_finishes: deque[tuple[TaskEntry, int, Outcome]] = deque()
+    book: TaskBook
+    admission: Admission
+    deps: Dependencies
+    timers: TimerQueue
+    rng: random.Random
+    #: the launcher, set when it is built (it sits above this room)
+    pump: Pump = dataclasses.field(init=False)
+    executing: set[TaskEntry] = dataclasses.field(init=False, default_factory=set)
+    #: (task, attempt, wall time, monotonic) of starts reported while the lock was busy
+    pending_starts: deque[tuple[TaskEntry, int, datetime, float]] = dataclasses.field(
+        init=False, default_factory=deque
+    )
+    #: (task, attempt, outcome) of attempt ends reported while the lock was busy
+    pending_finishes: deque[tuple[TaskEntry, int, Outcome]] = dataclasses.field(
+        init=False, default_factory=deque
+    )
 
     def reporter(self, t: TaskEntry, attempt: int) -> Reporter:
         return Reporter(self, t, attempt)

@@ -8,6 +8,7 @@ tasks through admission.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from collections.abc import Iterator, Mapping
 from datetime import datetime
@@ -26,11 +27,11 @@ S = TaskStatus
 _UNSUCCESSFUL = TERMINAL - {TaskStatus.SUCCEEDED}
 
 
+@dataclasses.dataclass(eq=False, repr=False, slots=True)
 class Dependencies:
-    def __init__(self, book: TaskBook, admission: Admission, timers: TimerQueue) -> None:
-        self.book = book
-        self.admission = admission
-        self.timers = timers  # a delayed start (delay= / not_before=) arms one
+    book: TaskBook
+    admission: Admission
+    timers: TimerQueue  # a delayed start (delay= / not_before=) arms one
 
     def link(self, t: TaskEntry) -> None:
         """Under the lock: record ``t`` as a dependant of each of its upstreams."""

@@ -9,6 +9,7 @@ that settles reports queued while the lock was busy (at least every ``TICK_SECON
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable
@@ -33,24 +34,19 @@ S = TaskStatus
 TICK_SECONDS = timers_module.TICK_SECONDS
 
 
+# no slots: tests/control/test_locking.py wraps _fire on the instance
+@dataclasses.dataclass(eq=False, repr=False)
 class Dispatcher:
-    def __init__(
-        self,
-        book: TaskBook,
-        timers: TimerQueue,
-        admission: Admission,
-        deps: Dependencies,
-        attempts: Attempts,
-        launcher: Launcher,
-        store_tick: Callable[[float], None] | None,
-    ) -> None:
-        self.book = book
-        self.timers = timers
-        self.admission = admission
-        self.deps = deps
-        self.attempts = attempts
-        self.launcher = launcher
-        self._store_tick = store_tick
+    book: TaskBook
+    timers: TimerQueue
+    admission: Admission
+    deps: Dependencies
+    attempts: Attempts
+    launcher: Launcher
+    store_tick: Callable[[float], None] | None
+    thread: threading.Thread = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
         self.thread = threading.Thread(target=self._loop, name="chongming-dispatcher", daemon=True)
 
     def start(self) -> None:
@@ -97,8 +93,8 @@ class Dispatcher:
                 self.launcher.pump()
             except Exception:  # the dispatcher must outlive any one bad launch
                 log.exception("dispatching failed")
-            if self._store_tick is not None:
-                self._store_tick(clock.monotonic())
+            if self.store_tick is not None:
+                self.store_tick(clock.monotonic())
 
     def _sample_heartbeats(self, now: float) -> None:
         # only tasks with a live execution: the cost must not grow with history

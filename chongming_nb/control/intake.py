@@ -7,9 +7,10 @@ validated before anything is recorded: a bad submit raises and changes nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -38,23 +39,19 @@ from chongming_nb.stores.protocol import EventRecord
 NO_DEPS: tuple[Any, ...] = ()
 
 
+@dataclasses.dataclass(eq=False, repr=False, slots=True)
 class Intake:
-    def __init__(
-        self,
-        book: TaskBook,
-        admission: Admission,
-        deps: Dependencies,
-        launcher: Launcher,
-        owner: str | None,
-    ) -> None:
-        self.book = book
-        self.admission = admission
-        self.deps = deps
-        self.launcher = launcher
-        self.owner = owner
-        self.registry = TaskRegistry()
-        self.by_key: dict[str, str] = {}
-        self._task_seq = itertools.count(1)
+    book: TaskBook
+    admission: Admission
+    deps: Dependencies
+    launcher: Launcher
+    owner: str | None
+    registry: TaskRegistry = dataclasses.field(init=False, default_factory=TaskRegistry)
+    #: idempotency key -> task id
+    by_key: dict[str, str] = dataclasses.field(init=False, default_factory=dict)
+    _task_seq: Iterator[int] = dataclasses.field(
+        init=False, default_factory=lambda: itertools.count(1)
+    )
 
     def submit(
         self,

@@ -9,6 +9,7 @@ pass instead).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from datetime import timedelta
 from pathlib import Path
@@ -32,28 +33,22 @@ S = TaskStatus
 _LAUNCHED_QUIETLY = frozenset({TaskStatus.STARTING, TaskStatus.RUNNING})
 
 
+@dataclasses.dataclass(eq=False, repr=False, slots=True)
 class Launcher:
-    def __init__(
-        self,
-        book: TaskBook,
-        admission: Admission,
-        deps: Dependencies,
-        attempts: Attempts,
-        timers: TimerQueue,
-        default_executor: str | Executor,
-        artifacts_root: Path | None,
-    ) -> None:
-        self.book = book
-        self.admission = admission
-        self.deps = deps
-        self.attempts = attempts
-        self.timers = timers
-        self.artifacts_root = artifacts_root
-        self._default_executor = default_executor
-        self.executors: dict[str, Executor] = {}
-        self._default_pair: tuple[str, Executor] | None = None
-        self._pumping = threading.local()
-        attempts.pump = self
+    book: TaskBook
+    admission: Admission
+    deps: Dependencies
+    attempts: Attempts
+    timers: TimerQueue
+    default_executor: str | Executor
+    artifacts_root: Path | None
+    #: the executors by name, made on first use
+    executors: dict[str, Executor] = dataclasses.field(init=False, default_factory=dict)
+    _default_pair: tuple[str, Executor] | None = dataclasses.field(init=False, default=None)
+    _pumping: threading.local = dataclasses.field(init=False, default_factory=threading.local)
+
+    def __post_init__(self) -> None:
+        self.attempts.pump = self
 
     # --------------------------------------------------------------- executors
 
@@ -62,9 +57,9 @@ class Launcher:
             pair = self._default_pair  # twice per task: once resolved, kept
             if pair is not None:
                 return pair
-            if self._default_executor is None:
+            if self.default_executor is None:
                 raise ConfigurationError("executor must be a name or an Executor, got None")
-            self._default_pair = pair = self.executor_for(self._default_executor)
+            self._default_pair = pair = self.executor_for(self.default_executor)
             return pair
         if isinstance(choice, str):
             ex = self.executors.get(choice)

@@ -7,6 +7,7 @@ shows every report made before it.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterable
@@ -29,10 +30,10 @@ if TYPE_CHECKING:
 StatusFilter = TaskStatus | str | Iterable[TaskStatus | str] | None
 
 
+@dataclasses.dataclass(eq=False, repr=False, slots=True)
 class Queries:
-    def __init__(self, book: TaskBook, attempts: Attempts) -> None:
-        self.book = book
-        self.attempts = attempts
+    book: TaskBook
+    attempts: Attempts
 
     def get(self, task_id: object) -> TaskSnapshot:
         self.attempts.catch_up()

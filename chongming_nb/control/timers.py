@@ -8,9 +8,11 @@ and does nothing when it fires.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import heapq
 import itertools
+from collections.abc import Iterator
 
 from chongming_nb.control.book import TaskBook, TaskEntry
 from chongming_nb.runtime import timeouts
@@ -34,17 +36,17 @@ TICK_SECONDS = 0.05
 Timer = tuple[float, int, TimerKind, str, int]
 
 
+@dataclasses.dataclass(eq=False, repr=False, slots=True)
 class TimerQueue:
     """The timer heap, and the default windows: ``stop_grace`` (a stop's, and a fired
     timeout's, stop window) and ``pause_grace`` (how long a pause may take to reach a
     checkpoint before it rolls back)."""
 
-    def __init__(self, book: TaskBook, stop_grace: float, pause_grace: float) -> None:
-        self.book = book
-        self.stop_grace = stop_grace
-        self.pause_grace = pause_grace
-        self.heap: list[Timer] = []
-        self._seq = itertools.count()
+    book: TaskBook
+    stop_grace: float
+    pause_grace: float
+    heap: list[Timer] = dataclasses.field(init=False, default_factory=list)
+    _seq: Iterator[int] = dataclasses.field(init=False, default_factory=itertools.count)
 
     def push(self, deadline: float, kind: TimerKind, task_id: str, marker: int) -> None:
         """Under the lock: arm a timer and wake the dispatcher."""

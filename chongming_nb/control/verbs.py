@@ -9,6 +9,7 @@ idempotent repeats return at once, anything else is checked by the StateMachine 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 
 from chongming_nb.control.admission import Admission
@@ -34,25 +35,17 @@ REQUEST_KEYS_KEPT = 10_000
 ControlOptions = dict[str, float | bool | str | None]
 
 
+@dataclasses.dataclass(eq=False, repr=False, slots=True)
 class Verbs:
-    def __init__(
-        self,
-        book: TaskBook,
-        admission: Admission,
-        deps: Dependencies,
-        attempts: Attempts,
-        launcher: Launcher,
-        timers: TimerQueue,
-        queries: Queries,
-    ) -> None:
-        self.book = book
-        self.admission = admission
-        self.deps = deps
-        self.attempts = attempts
-        self.launcher = launcher
-        self.timers = timers
-        self.queries = queries
-        self._request_keys: dict[str, None] = {}
+    book: TaskBook
+    admission: Admission
+    deps: Dependencies
+    attempts: Attempts
+    launcher: Launcher
+    timers: TimerQueue
+    queries: Queries
+    #: the control plane's request keys applied, oldest first (a dict as an ordered set)
+    _request_keys: dict[str, None] = dataclasses.field(init=False, default_factory=dict)
 
     def _verb(self, task_id: object, fn: Callable[[TaskEntry], None]) -> TaskSnapshot:
         book = self.book
