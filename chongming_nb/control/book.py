@@ -1,7 +1,7 @@
 """The task book: every task of one controller, the lock that guards them, and the
 outbox that carries what happened to the recorder. The other rooms of the controller
-(intake, admission, dependencies, attempts, launcher, dispatcher, verbs, queries) share
-one book and change tasks only through it.
+(intake, admission, dependencies, attempts, launcher, dispatcher, verbs, queries,
+lifecycle) share one book and change tasks only through it.
 
 Locking rules (the one place they are written; ``tests/control/test_locking.py`` holds
 the controller to them):
@@ -19,9 +19,12 @@ the controller to them):
   - task threads: only their attempt's Reporter (``attempts.Reporter``); a report never
     waits for a busy lock: starts and ends are queued (``Attempts.pending_*``, flat
     combining) and settled by whoever holds or next takes the lock;
-  - the dispatcher thread: timers, heartbeat sampling, the store tick, the backstop
-    settling of queued reports;
-  - the recorder thread (``bus.EventBus``): store writes, then subscribers and hooks;
+  - the dispatcher thread: timers, heartbeat sampling, the store tick
+    (``lifecycle.OwnerLeases.tick``: commands, the owner's heartbeat and leases,
+    fencing; without the lock, it calls the store), the backstop settling of queued
+    reports;
+  - the recorder thread (``bus.EventBus``): store writes (``StoreLink.persist``), then
+    subscribers and hooks;
     it never takes this lock, so handing it a batch under the lock cannot deadlock.
 * Lock-free reads are allowed where a stale answer is harmless and is re-checked under
   the lock: ``outbox`` emptiness before a flush, the pending report queues, a launch
@@ -53,7 +56,7 @@ from chongming_nb.control.messages import (
 )
 from chongming_nb.control.spec import TaskSpec
 from chongming_nb.core.clock import Clock
-from chongming_nb.core.errors import TaskNotFound
+from chongming_nb.core.errors import ConfigurationError, TaskNotFound
 from chongming_nb.core.events import Event, TaskStatusChanged, TaskWarning
 from chongming_nb.core.models import (
     AttemptRecord,
@@ -143,7 +146,7 @@ class TaskBook:
         self.id_prefix = secrets.token_hex(4)
         self._event_seq = itertools.count(1)
         self.closed = False
-        #: Why the process is going away, once it is (``Controller._shut_down``): from
+        #: Why the process is going away, once it is (``Lifecycle.shut_down``): from
         #: then on an attempt's end is never recorded as a failure of its code, and
         #: nothing new is launched.
         self.shutting_down: str | None = None
@@ -178,6 +181,19 @@ class TaskBook:
 
     def new_event_id(self) -> str:
         return f"{self.id_prefix}-{next(self._event_seq)}"
+
+    def record_event(self, event: Event) -> None:
+        """An event from a layer above (pipelines), kept with its task when it names one
+        of this book's, published either way. Takes the lock; flushes after it."""
+        if not isinstance(event, Event):
+            raise ConfigurationError(f"record_event() needs an Event, got {event!r}")
+        with self.lock:
+            t = self.tasks.get(event.task_id) if event.task_id else None
+            if t is not None:
+                self.event(t, event)
+            else:
+                self.outbox.append(event)
+        self.flush_outbox()
 
     def task(self, task_id: object) -> TaskEntry:
         """The entry of a task id or handle; TaskNotFound otherwise."""

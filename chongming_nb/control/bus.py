@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from chongming_nb.core.errors import ConfigurationError
 from chongming_nb.core.events import Event
 
 log = logging.getLogger("chongming_nb.bus")
@@ -28,6 +29,9 @@ _LINGER = 0.002
 _BUSY_ITEMS = 8
 
 Callback = Callable[[Event], None]
+
+#: What a lifecycle hook (``Controller.add_hook``) may define; each gets the event.
+HOOK_METHODS = ("on_start", "on_success", "on_failure", "on_retry", "on_cancel")
 EventFilter = Callable[[Event], bool] | Iterable[type[Event]] | None
 
 
@@ -89,7 +93,7 @@ class EventBus:
         self.subscriber_failures = 0
         #: run id -> observer of its tasks' status changes (RunNote items)
         self.runs: dict[str, RunObserver] = {}
-        self._hooks: tuple[Any, ...] = ()
+        self._hooks: tuple[object, ...] = ()
         self.hook_failures = 0
         #: Does anything consume what is put here (a store, a subscriber, a hook)?
         self.consumed = persist is not None
@@ -148,7 +152,10 @@ class EventBus:
     def hooks(self) -> tuple[Any, ...]:
         return self._hooks
 
-    def add_hook(self, hook: Any) -> None:
+    def add_hook(self, hook: object) -> None:
+        """A lifecycle hook: an object with at least one of ``HOOK_METHODS``."""
+        if not any(hasattr(hook, n) for n in HOOK_METHODS):
+            raise ConfigurationError(f"a hook needs at least one of {', '.join(HOOK_METHODS)}")
         with self._lock:
             self._hooks = (*self._hooks, hook)
             self._recount()
@@ -231,7 +238,7 @@ class EventBus:
             for hook in hooks:
                 self._call_hook(hook, item)
 
-    def _call_hook(self, hook: Any, ev: Event) -> None:
+    def _call_hook(self, hook: object, ev: Event) -> None:
         from chongming_nb.core.events import AttemptStarted, TaskStatusChanged
         from chongming_nb.core.states import TaskStatus
 

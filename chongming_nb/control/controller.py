@@ -1,18 +1,8 @@
 """The Controller: submit, schedule, control and observe tasks inside the kernel.
 
-A façade over rooms that each own one concern (docs/architecture.md draws them):
-
-* ``book.TaskBook`` — the tasks, the one lock, the outbox; the locking rules live in
-  its module docstring;
-* ``intake.Intake`` — submit: validation, idempotency keys, task ids;
-* ``admission.Admission`` — the ready heap, slots, tag and bucket limits, run holds;
-* ``dependencies.Dependencies`` — BLOCKED tasks, joins, ``when=``, upstream values;
-* ``launcher.Launcher`` — executors and the pump that launches admitted tasks;
-* ``attempts.Attempts`` — what a running attempt reports, and how its end settles;
-* ``timers`` + ``dispatcher`` — retry waits, pause/stop windows, timeouts, heartbeats;
-* ``verbs.Verbs`` — the verbs and the control plane's ``apply`` / ``can``;
-* ``queries.Queries`` — the read side (snapshots, waiting, DataFrames);
-* ``persistence.StoreLink`` and ``bus.EventBus`` — the store and the recorder thread.
+A façade: it builds the rooms, wires them and forwards each public method to the room
+that owns it. The rooms, what each owns and the path of one click through them are in
+docs/architecture.md; the locking rules in the docstring of ``control/book.py``.
 
 Invariants (checked by the tests):
 * only the StateMachine changes a status (``TaskBook.apply``); rooms pick the event;
@@ -24,14 +14,7 @@ Invariants (checked by the tests):
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import logging
 import random
-import sys
-import threading
-import time
-import weakref
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -40,26 +23,26 @@ from typing import TYPE_CHECKING, Any
 from chongming_nb.control.admission import Admission, concurrency_policy
 from chongming_nb.control.attempts import Attempts
 from chongming_nb.control.book import TaskBook, TaskEntry
-from chongming_nb.control.book import transitions as _transitions
 from chongming_nb.control.bus import EventBus, EventFilter, RunObserver
 from chongming_nb.control.dependencies import Dependencies
 from chongming_nb.control.dispatcher import Dispatcher
 from chongming_nb.control.handle import TaskHandle, TaskRef
 from chongming_nb.control.intake import NO_DEPS, Intake
 from chongming_nb.control.launcher import Launcher
+from chongming_nb.control.lifecycle import Lifecycle, OwnerLeases, check_settings
 from chongming_nb.control.ownership import (
     DEFAULT_GRACE_SECONDS,
     DEFAULT_LEASE_SECONDS,
     this_process,
 )
-from chongming_nb.control.persistence import StoreLink, verify
+from chongming_nb.control.persistence import StoreLink
 from chongming_nb.control.queries import Queries, status_set
 from chongming_nb.control.recovery import ConvergePlan
 from chongming_nb.control.spec import TaskRegistry
 from chongming_nb.control.timers import TimerQueue
 from chongming_nb.control.verbs import Verbs
 from chongming_nb.core.clock import Clock
-from chongming_nb.core.errors import ConfigurationError, TaskNotFound
+from chongming_nb.core.errors import ConfigurationError
 from chongming_nb.core.events import Event
 from chongming_nb.core.models import AttemptRecord, FailureKind, TaskSnapshot, Transition
 from chongming_nb.core.policies import (
@@ -80,46 +63,6 @@ from chongming_nb.stores.protocol import LogRecord, TaskStore
 
 if TYPE_CHECKING:
     import pandas as pd
-
-log = logging.getLogger("chongming_nb.controller")
-
-#: Controllers with a store that are not closed yet: closed (drained) at exit.
-_DURABLE: weakref.WeakSet[Controller] = weakref.WeakSet()
-
-#: Seconds the tasks still running when the interpreter exits get to reach a
-#: checkpoint and stop (STOPPED); a thread that does not is abandoned (LOST, result
-#: unknown). Short: jupyter_client kills a kernel 5 s after a graceful shutdown request.
-EXIT_GRACE_SECONDS = 1.0
-
-
-def _exit_reason() -> str:
-    kernelapp = sys.modules.get("ipykernel.kernelapp")
-    app = getattr(kernelapp, "IPKernelApp", None)
-    if app is not None and app.initialized():
-        return "the kernel shut down while it ran"
-    return "the process exited while it ran"
-
-
-def _drain_at_exit() -> None:
-    reason = _exit_reason()
-    for ctl in list(_DURABLE):
-        try:
-            ctl._shut_down(reason, EXIT_GRACE_SECONDS)
-            ctl.close(timeout=5.0)
-        except Exception:  # exiting anyway: report, then let the others drain
-            log.exception("closing a controller at exit failed")
-
-
-def _drain_first_at_exit() -> None:
-    """(Re-)register the exit drain so that it runs before every exit hook registered
-    so far (atexit runs hooks last-in first-out): IPython's shell registers one at its
-    start that clears the user namespace, and tasks still running then die of made-up
-    errors (``NameError``: their globals are gone). The drain must see them first."""
-    atexit.unregister(_drain_at_exit)
-    atexit.register(_drain_at_exit)
-
-
-atexit.register(_drain_at_exit)
 
 
 class Controller:
@@ -151,17 +94,7 @@ class Controller:
         history: HistoryLimits | None = None,
     ) -> None:
         policy = concurrency_policy(concurrency, max_parallel)
-        if retention is not None and not isinstance(retention, RetentionPolicy):
-            raise ConfigurationError(f"retention must be a RetentionPolicy, got {retention!r}")
-        if history is not None and not isinstance(history, HistoryLimits):
-            raise ConfigurationError(f"history must be a HistoryLimits, got {history!r}")
-        check_seconds("stop_grace", stop_grace)
-        check_seconds("pause_grace", pause_grace)
-        if stop_grace is None or pause_grace is None:
-            raise ConfigurationError("stop_grace and pause_grace are numbers of seconds, not None")
-        if lease_seconds is None:
-            raise ConfigurationError("lease_seconds is a number of seconds, not None")
-        check_seconds("lease_seconds", lease_seconds, positive=True)
+        check_settings(retention, history, stop_grace, pause_grace, lease_seconds)
         self._clock: Clock = clock or SYSTEM_CLOCK
         if isinstance(store, str | Path):
             from chongming_nb.stores import open_store
@@ -178,12 +111,13 @@ class Controller:
         #: what each task keeps (log lines in memory and in the store, failure texts)
         self.history_limits = book.limits = history or HistoryLimits()
         self._link: StoreLink | None = None
+        leases: OwnerLeases | None = None
         if store is not None:
             self._link = StoreLink(self, book, store, lease_seconds=lease_seconds)
             bus.persist_with(self._link.persist)
-            self._link.beat_owner()
-            _DURABLE.add(self)  # drained at interpreter exit
-            _drain_first_at_exit()
+            leases = OwnerLeases(self._link, owner, lease_seconds)
+            leases.beat_owner()
+        self._leases = leases
         self._timers = timers = TimerQueue(book, float(stop_grace), float(pause_grace))
         self._admission = admission = Admission(book, policy, buckets)
         self._deps = deps = Dependencies(book, admission, timers)
@@ -203,7 +137,10 @@ class Controller:
             deps,
             attempts,
             launcher,
-            self._link.safe_tick if self._link is not None else None,
+            leases.safe_tick if leases is not None else None,
+        )
+        self._life = Lifecycle(
+            book, bus, attempts, self._verbs, queries, launcher, self._dispatcher, self._link, owner
         )
         self._dispatcher.start()
         subscribe = getattr(self._clock, "subscribe", None)
@@ -438,16 +375,7 @@ class Controller:
     def record_event(self, event: Event) -> None:
         """Publish an event from a layer above (pipelines). One that names a task of this
         controller is also kept with that task (``events(task_id)``)."""
-        if not isinstance(event, Event):
-            raise ConfigurationError(f"record_event() needs an Event, got {event!r}")
-        book = self._book
-        with book.lock:
-            t = book.tasks.get(event.task_id) if event.task_id else None
-            if t is not None:
-                book.event(t, event)
-            else:
-                book.outbox.append(event)
-        book.flush_outbox()
+        self._book.record_event(event)
 
     def new_event_id(self) -> str:
         """A fresh event id of this controller's sequence."""
@@ -565,13 +493,6 @@ class Controller:
     def add_hook(self, hook: Any) -> None:
         """Lifecycle plugin: an object with any of on_start, on_success, on_failure,
         on_retry, on_cancel (each gets the event). Failures are isolated and counted."""
-        if not any(
-            hasattr(hook, n)
-            for n in ("on_start", "on_success", "on_failure", "on_retry", "on_cancel")
-        ):
-            raise ConfigurationError(
-                "a hook needs at least one of on_start, on_success, on_failure, on_retry, on_cancel"
-            )
         self._bus.add_hook(hook)
 
     @property
@@ -586,15 +507,7 @@ class Controller:
         """Wait until every event so far is recorded (and persisted) and published.
         With a store, memory and store agree afterwards: a task the store settled
         without this controller (its lease was lost) has been adopted."""
-        self._book.flush_outbox()
-        done = self._bus.flush(timeout)
-        if self._link is not None:
-            if self._link.health.held:  # once more now (e.g. a connection just reset)
-                self._link.retry_held()
-                done = self._bus.flush(timeout)
-            self._link.converge_refused()
-            self._link.mark_rows()
-        return done
+        return self._life.flush(timeout)
 
     # ------------------------------------------------------------------ store
 
@@ -635,24 +548,7 @@ class Controller:
         and written when it takes writes again (``dropped_writes`` beyond the bound).
         Also the owner id, its lease, and the counters of failed writes, subscribers
         and hooks."""
-        out: dict[str, Any] = {
-            "store": None if self._store is None else getattr(self._store, "url", None),
-            "owner": self.owner,
-            "lease_seconds": self.lease_seconds if self._store is not None else None,
-            "saved": True,
-            "not_saved": None,
-            "failing_since": None,
-            "held_writes": 0,
-            "dropped_writes": 0,
-            "outages": 0,
-            "first_failure": None,
-        }
-        if self._link is not None:
-            out.update(self._link.health.report())
-        out["persist_failures"] = self.persist_failures
-        out["subscriber_failures"] = self.subscriber_failures
-        out["hook_failures"] = self.hook_failures
-        return out
+        return self._life.health(self.persist_failures)
 
     def reconcile(
         self, on_orphan: str = "fail", *, grace: float = DEFAULT_GRACE_SECONDS
@@ -671,48 +567,9 @@ class Controller:
     def verify(self, task_id: TaskRef) -> tuple[bool, str]:
         """Replay the task's transitions (from the store when there is one) and check
         that they rebuild its snapshot."""
-        tid = getattr(task_id, "id", task_id)
-        if self._store is not None:
-            self.flush()
-            snap = self._store.get(tid)
-            if snap is None:
-                raise TaskNotFound(str(tid))
-            return verify(self._store.history(tid), snap)
-        with self._book.lock:
-            t = self._book.task(tid)
-            return verify(_transitions(t.snap.task_id, t.history), t.snap)
+        return self._life.verify(task_id)
 
     # --------------------------------------------------------------- lifecycle
-
-    def _shut_down(self, reason: str, grace: float) -> None:
-        """The process is going away (at exit, before anything tears the tasks' world
-        down): record the truth about the attempts still running.
-
-        From here on no attempt's end is recorded as a failure of its code
-        (``TaskBook.shutting_down``: an exception now may be the teardown's, e.g. the
-        namespace IPython clears) and nothing new starts. Each live execution is asked to
-        stop with ``reason``; one that reaches a checkpoint within ``grace`` seconds is
-        STOPPED, one that does not is handled as an expired stop window (a thread is
-        abandoned: LOST, result unknown; a process is killed: STOPPED)."""
-        book = self._book
-        with book.lock:
-            book.shutting_down = reason
-            live = [t.snap.task_id for t in self._attempts.executing]
-        for task_id in live:
-            try:
-                self._verbs.stop(task_id, grace, actor="shutdown", reason=reason, wait=False)
-            except Exception:  # not stoppable now (e.g. it just ended): settled below
-                log.debug("stopping %s at shutdown", task_id, exc_info=True)
-        deadline = time.monotonic() + grace  # real time, like Queries.wait
-        for task_id in live:
-            with contextlib.suppress(TimeoutError):
-                self._queries.wait(task_id, max(0.0, deadline - time.monotonic()))
-        with book.lock:
-            for task_id in live:
-                t = book.tasks[task_id]
-                if t.exec_attempt and t.snap.status is TaskStatus.STOPPING:
-                    self._dispatcher.stop_window_expired(t)
-            book.flush_outbox()
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the background threads (running tasks are not stopped).
@@ -722,24 +579,7 @@ class Controller:
         far is written. A controller with a store is also closed this way when the
         interpreter exits, so a script that ends right after its last task loses
         nothing."""
-        book = self._book
-        _DURABLE.discard(self)
-        with book.wake:
-            book.closed = True
-            book.wake.notify_all()
-        with book.log_drained:  # a task waiting for the recorder to write its log
-            book.log_drained.notify_all()
-        thread = self._dispatcher.thread
-        if thread is not threading.current_thread() and thread.is_alive():
-            thread.join(timeout)
-        book.flush_outbox()
-        self._bus.flush(timeout)
-        self._bus.close()
-        for ex in self._launcher.executors.values():
-            try:
-                ex.shutdown()
-            except Exception:
-                log.exception("executor shutdown failed")
+        self._life.close(timeout)
 
     def board(self, **filters: Any) -> Any:
         """A live table of tasks (a widget) for the notebook."""

@@ -2,7 +2,7 @@
 
 The outbox (``TaskBook.outbox``) is a list of ``Outgoing`` items. Events are published
 to subscribers and hooks (and the durable ones kept in the store's event table); the
-store writes below are only for the store (``persistence.write_batch``). A run note is
+store writes below are only for the store (``writes.write_batch``). A run note is
 what a pipeline run follows its tasks by (``bus.RunNote``).
 """
 

@@ -1,60 +1,36 @@
-"""The controller's link to a durable store: group-committed write-through, the command
-dispatcher, owner heartbeats and leases, start-up reconciliation and verification.
-
-Write-ahead order: the recorder thread commits a batch (snapshots, transitions,
-attempts, events) in one transaction *before* any of its events is published, so a
-subscriber never sees a change the store does not have.
+"""The controller's link to a durable store (``StoreLink``): recording batches through
+``writes.write_batch`` (held while the store refuses them), the command poller,
+fencing (a task the store settled without us converges), retention and
+reconciliation, and ``verify``. The owner's heartbeat and leases are
+``lifecycle.OwnerLeases``.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import warnings
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, is_dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from chongming_nb.control.book import transitions
-from chongming_nb.control.messages import (
-    STORE_WRITES,
-    AppendLog,
-    ClearAttempts,
-    CreateTask,
-    KeepRecord,
-    Outgoing,
-    SaveAttempt,
-    SaveSnapshot,
-    TouchHeartbeat,
-    TouchLease,
-    TouchProgress,
-    TrimLogs,
-)
-from chongming_nb.control.ownership import DEFAULT_GRACE_SECONDS, DEFAULT_LEASE_SECONDS, OwnerId
+from chongming_nb.control.messages import AppendLog, Outgoing
+from chongming_nb.control.ownership import DEFAULT_GRACE_SECONDS, DEFAULT_LEASE_SECONDS
 from chongming_nb.control.recovery import converge_plan, reconcile_store
-from chongming_nb.core.errors import ConcurrencyConflict, ConfigurationError, StoreError
-from chongming_nb.core.events import (
-    AdminOverride,
-    AttemptFailed,
-    CompensationRan,
-    Event,
-    PipelineRunStatusChanged,
-    TaskOutput,
-    TaskWarning,
+from chongming_nb.control.writes import (
+    RetryHeld,
+    StoreHealth,
+    StoreOutage,
+    Unfence,
+    task_of,
+    write_batch,
 )
-from chongming_nb.core.models import (
-    AttemptRecord,
-    CommandState,
-    TaskSnapshot,
-    Transition,
-)
+from chongming_nb.core.errors import ConfigurationError
+from chongming_nb.core.models import CommandState, TaskSnapshot, Transition
 from chongming_nb.core.state_machine import replay
-from chongming_nb.core.states import NON_TERMINAL
-from chongming_nb.stores.protocol import EventRecord, OwnerRecord, TaskQuery, Touch, log_size
+from chongming_nb.stores.protocol import log_size
 
 if TYPE_CHECKING:
     from chongming_nb.control.book import TaskBook, TaskEntry
@@ -63,6 +39,8 @@ if TYPE_CHECKING:
     from chongming_nb.control.spec import TaskRegistry
     from chongming_nb.core.states import TaskStatus
     from chongming_nb.stores.protocol import TaskStore
+
+__all__ = ["PersistenceWarning", "StoreControlled", "StoreLink", "verify", "write_batch"]
 
 
 class StoreControlled(Protocol):
@@ -80,7 +58,6 @@ class StoreControlled(Protocol):
     def submit(
         self, fn: Callable[..., Any], *args: Any, name: str | None = ..., **kwargs: Any
     ) -> HasId: ...
-    def health(self) -> dict[str, Any]: ...
     def _poke(self) -> None: ...
     def _note(self, task_id: str, message: str) -> None: ...
     def _adopt(self, t: TaskEntry, plan: ConvergePlan) -> None: ...
@@ -88,385 +65,14 @@ class StoreControlled(Protocol):
 
 log = logging.getLogger("chongming_nb.persistence")
 
-#: Events worth keeping in the store's event table (progress, heartbeats and log lines
-#: have their own channels).
-DURABLE_EVENTS: tuple[type[Event], ...] = (
-    AttemptFailed,
-    TaskWarning,
-    TaskOutput,
-    AdminOverride,
-    CompensationRan,
-    PipelineRunStatusChanged,
-)
-
-#: How often an owner records its heartbeat in the owners table.
-OWNER_BEAT_EVERY = 2.0
 #: How often writes held while the store refused them are tried again.
 HELD_RETRY_EVERY = 1.0
 COMMAND_LEASE_SECONDS = 10.0
 
 
-def _jsonable(value: Any) -> Any:
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [_jsonable(v) for v in value]
-    if is_dataclass(value) and not isinstance(value, type):
-        return _jsonable(asdict(value))
-    return repr(value)
-
-
-def event_record(ev: Event) -> EventRecord:
-    payload = {
-        k: _jsonable(getattr(ev, k))
-        for k in getattr(ev, "__dataclass_fields__", {})
-        if k not in ("event_id", "at", "task_id")
-    }
-    return EventRecord(
-        event_id=ev.event_id, task_id=ev.task_id, at=ev.at, type=ev.type, payload=payload
-    )
-
-
-#: Event classes -> whether they are kept in the store (filled on first sight).
-_DURABLE: dict[type, bool] = {}
-
-
-class StoreOutage(Exception):
-    """The store refused a whole group commit for a reason that is not about the data
-    (read-only, unreachable, disk full): the batch is kept and written again later."""
-
-    def __init__(self, cause: BaseException) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
-
-
-def write_batch(
-    store: Any,
-    batch: Sequence[Outgoing],
-    *,
-    conflicts: set[str] | None = None,
-    raise_outage: bool = False,
-) -> int:
-    """Write one recorder batch; returns how many writes failed (0 when all landed).
-
-    ``conflicts`` collects the ids of tasks whose snapshot write was refused because
-    the store holds another version (a reconciler settled the task: fencing); nothing
-    more of those tasks is written from the batch (their transitions, attempts and
-    events would contradict the store's history). With ``raise_outage`` a group commit
-    refused by a ``StoreError`` that is not a conflict raises ``StoreOutage`` (the
-    caller keeps the batch), instead of being retried write by write.
-
-    A store with ``record_batch`` (the SQL backends) gets the whole batch as one
-    transaction; any other gets ``clear_attempts``, ``save_many``, ``append_logs`` and
-    ``touch_many`` in that order. Either way a snapshot lands with (never before) the
-    transitions that lead to it, and a ``clear_attempts`` deletes the attempts recorded
-    before it, never one recorded after it in the same batch."""
-    items: list[tuple[TaskSnapshot, int | None]] = []
-    transitions: list[Transition] = []
-    attempts: dict[tuple[str, int], AttemptRecord] = {}
-    events: list[EventRecord] = []
-    touches: list[Touch] = []
-    logs: dict[str, list[Any]] = {}
-    clears: list[str] = []
-    trims: dict[str, int] = {}  # task -> log budget, applied after this batch's lines
-    add_item = items.append
-    add_transition = transitions.append
-    durable = _DURABLE
-    writes = STORE_WRITES
-    for item in batch:
-        # most items are events (published; some kept in the event table)
-        cls = item.__class__
-        if cls not in writes:
-            keep = durable.get(cls)
-            if keep is None:
-                keep = durable[cls] = issubclass(cls, DURABLE_EVENTS)
-            if keep:
-                events.append(event_record(item))
-            continue
-        if cls is SaveSnapshot:  # per task: ~4 saves, 2 attempts, a create, a record
-            add_item((item.snap, item.expect))
-            add_transition(item.transition)
-        elif cls is SaveAttempt:
-            rec: AttemptRecord = item.record
-            attempts[(rec.task_id, rec.attempt)] = rec
-        elif cls is CreateTask:
-            add_item((item.snap, None))
-        elif cls is KeepRecord:
-            events.append(item.record)
-        elif cls is TouchProgress:
-            touches.append(Touch(task_id=item.task_id, progress=item.progress))
-        elif cls is TouchHeartbeat:
-            touches.append(Touch(task_id=item.task_id, heartbeat_at=item.at))
-        elif cls is TouchLease:
-            touches.append(
-                Touch(task_id=item.task_id, lease_owner=item.owner, lease_until=item.until)
-            )
-        elif cls is AppendLog:
-            logs.setdefault(item.task_id, []).append(item.line)
-        elif cls is TrimLogs:
-            trims[item.task_id] = item.keep
-        elif cls is ClearAttempts:
-            tid = item.task_id
-            clears.append(tid)
-            # what the clear deletes: attempts recorded before it, not those after it
-            for key in [k for k in attempts if k[0] == tid]:
-                del attempts[key]
-    if not (items or transitions or attempts or events or touches or logs or clears):
-        return _trim(store, trims)
-    failures = _write(
-        store, items, transitions, attempts, events, touches, logs, clears, conflicts, raise_outage
-    )
-    return failures + _trim(store, trims)
-
-
-def _trim(store: Any, trims: dict[str, int]) -> int:
-    failures = 0
-    for tid, keep in trims.items():
-        try:
-            store.trim_logs(tid, keep)
-        except Exception:
-            failures += 1
-            log.exception("trimming the log of %s failed", tid)
-    return failures
-
-
-def _write(
-    store: Any,
-    items: list[tuple[TaskSnapshot, int | None]],
-    transitions: list[Transition],
-    attempts: dict[tuple[str, int], AttemptRecord],
-    events: list[EventRecord],
-    touches: list[Touch],
-    logs: dict[str, list[Any]],
-    clears: list[str],
-    conflicts: set[str] | None,
-    raise_outage: bool,
-) -> int:
-    record = getattr(store, "record_batch", None)
-    if record is not None:
-        try:
-            record(
-                items,
-                transitions,
-                attempts=list(attempts.values()),
-                events=events,
-                clears=clears,
-                logs=list(logs.items()),
-                touches=touches,
-            )
-            return 0
-        except Exception as exc:
-            if raise_outage and isinstance(exc, StoreError) and not _is_conflict(exc):
-                raise StoreOutage(exc) from exc
-            if not _is_conflict(exc):
-                log.exception("group commit of %d items failed; writing one by one", len(items))
-            failures = _side_writes(store, clears, {}, [])
-            failures += _one_by_one(
-                store, items, transitions, list(attempts.values()), events, conflicts
-            )
-            return failures + _side_writes(store, [], logs, touches)
-    failures = _side_writes(store, clears, {}, [])
-    if items or transitions or attempts or events:
-        try:
-            store.save_many(items, transitions, attempts=list(attempts.values()), events=events)
-        except Exception as exc:
-            if not _is_conflict(exc):
-                log.exception("group commit of %d snapshots failed; writing one by one", len(items))
-            failures += _one_by_one(
-                store, items, transitions, list(attempts.values()), events, conflicts
-            )
-    return failures + _side_writes(store, [], logs, touches)
-
-
-def _task_of(item: Any) -> str | None:
-    """The task an outgoing item is about (None for run-level items)."""
-    for holder in (item, getattr(item, "snap", None), getattr(item, "record", None)):
-        tid = getattr(holder, "task_id", None)
-        if isinstance(tid, str):
-            return tid
-    return None
-
-
-def _is_conflict(exc: BaseException) -> bool:
-    return isinstance(exc, ConcurrencyConflict)
-
-
-def _side_writes(
-    store: Any, clears: list[str], logs: dict[str, list[Any]], touches: list[Touch]
-) -> int:
-    failures = 0
-    for tid in clears:
-        try:
-            store.clear_attempts(tid)
-        except Exception:
-            failures += 1
-    for tid, lines in logs.items():
-        try:
-            store.append_logs(tid, lines)
-        except Exception:
-            failures += 1
-    if touches:
-        try:
-            store.touch_many(touches)
-        except Exception:
-            failures += 1
-    return failures
-
-
-def _one_by_one(
-    store: Any,
-    items: list[tuple[TaskSnapshot, int | None]],
-    transitions: list[Transition],
-    attempts: list[AttemptRecord],
-    events: list[EventRecord],
-    conflicts: set[str] | None = None,
-) -> int:
-    """After a failed group commit: each task's snapshots and transitions as one
-    transaction of their own (so a snapshot still never lands without the transitions
-    that lead to it), then attempts and events. A task the store refuses (it holds
-    another version: fencing) gets nothing more written from this batch."""
-    failures = 0
-    fenced: set[str] = set()
-    per_task: dict[str, tuple[list[tuple[TaskSnapshot, int | None]], list[Transition]]] = {}
-    for item in items:
-        per_task.setdefault(item[0].task_id, ([], []))[0].append(item)
-    loose: list[Transition] = []
-    for tr in transitions:
-        part = per_task.get(tr.task_id)
-        if part is None:
-            loose.append(tr)
-        else:
-            part[1].append(tr)
-    for tid, (task_items, task_transitions) in per_task.items():
-        try:
-            store.save_many(task_items, task_transitions)
-        except ConcurrencyConflict:
-            fenced.add(tid)  # refused: the store holds another version (reconciled)
-        except Exception:
-            failures += 1
-    if conflicts is not None:
-        conflicts |= fenced
-    for tr in loose:
-        try:
-            store.append(tr)
-        except Exception:
-            failures += 1
-    for rec in attempts:
-        if rec.task_id in fenced:
-            continue
-        try:
-            store.save_attempt(rec)
-        except Exception:
-            failures += 1
-    kept = [e for e in events if e.task_id not in fenced] if fenced else events
-    if kept:
-        try:
-            store.append_events(kept)
-        except Exception:
-            failures += 1
-    return failures
-
-
-@dataclass(frozen=True, slots=True)
-class Unfence:
-    """Outbox marker: memory adopted the store's state of ``task_id``; its writes
-    queued after this marker are new and go to the store again."""
-
-    task_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class RetryHeld:
-    """Outbox marker: try the writes held since the store refused them again (the
-    dispatcher queues one a second while writes are held; ``flush`` queues one)."""
-
-
-class StoreHealth:
-    """Whether the controller's writes reach its store (recorder thread writes, any
-    thread reads). While the store refuses writes (read-only, unreachable, full), the
-    batches are kept in memory — at most ``limit`` writes, the oldest dropped beyond
-    that — and written, in order, with the next batch once the store takes them."""
-
-    def __init__(self, limit: int = 100_000) -> None:
-        self.limit = limit
-        self._lock = threading.Lock()
-        self.held: deque[Outgoing] = deque()
-        self.failing_since: datetime | None = None
-        self.reason: str | None = None
-        self.first_failure: tuple[datetime, str] | None = None
-        self.dropped = 0
-        self.outages = 0
-        # tasks whose rows say "not saved" in this outage; to mark / to unmark
-        self._marked: set[str] = set()
-        self._to_mark: list[str] = []
-        self._to_unmark: list[str] = []
-
-    def peek(self) -> list[Outgoing]:
-        """The held writes, still held (the recorder drops them once written)."""
-        with self._lock:
-            return list(self.held)
-
-    def written(self, n: int) -> None:
-        """The first ``n`` held writes reached the store (recorder thread)."""
-        with self._lock:
-            for _ in range(min(n, len(self.held))):
-                self.held.popleft()
-
-    def hold(self, batch: list[Outgoing], reason: str, now: datetime) -> bool:
-        """Keep a refused batch; True the first time the store fails (warn then)."""
-        ids = {tid for tid in map(_task_of, batch) if tid is not None}
-        with self._lock:
-            new = ids - self._marked
-            self._marked |= new
-            self._to_mark.extend(sorted(new))
-            self.held.extend(batch)
-            over = len(self.held) - self.limit
-            for _ in range(max(0, over)):
-                self.held.popleft()
-            self.dropped += max(0, over)
-            self.reason = reason
-            if self.failing_since is None:
-                self.failing_since = now
-                self.outages += 1
-            first = self.first_failure is None
-            if first:
-                self.first_failure = (now, reason)
-            return first
-
-    def recovered(self) -> None:
-        with self._lock:
-            self.failing_since = None
-            self.reason = None
-            self._to_unmark.extend(sorted(self._marked))
-            self._marked.clear()
-
-    def take_marks(self) -> tuple[list[str], list[str], str | None]:
-        """(tasks to mark "not saved", tasks saved again, the reason)."""
-        with self._lock:
-            mark, self._to_mark = self._to_mark, []
-            unmark, self._to_unmark = self._to_unmark, []
-            return mark, unmark, self.reason
-
-    def report(self) -> dict[str, Any]:
-        with self._lock:
-            return {
-                "saved": self.failing_since is None,
-                "not_saved": None if self.reason is None else f"not saved: {self.reason}",
-                "failing_since": self.failing_since,
-                "held_writes": len(self.held),
-                "dropped_writes": self.dropped,
-                "outages": self.outages,
-                "first_failure": self.first_failure,
-            }
-
-
 class StoreLink:
-    """Everything the controller does with its store besides recording batches: the
-    command poller, the owner's heartbeat and leases, reconciliation, fencing."""
+    """What the controller does with its store: recording batches (recorder thread),
+    the command poller and fencing (dispatcher thread), retention, reconciliation."""
 
     def __init__(
         self,
@@ -480,13 +86,8 @@ class StoreLink:
         self.book = book
         self.store = store
         self.lease_seconds = float(lease_seconds)
-        #: leases are renewed six times per lease (a missed renewal or two is harmless)
-        self.renew_every = self.lease_seconds / 6
         self.health = StoreHealth()
-        self._next_owner_beat = 0.0
-        self._next_renew = 0.0
         self._next_retry = 0.0
-        self._started_at = book.clock.now()
         # task ids whose writes the store refused (recorder thread adds, dispatcher takes)
         self._fenced: deque[str] = deque()
         # ... and, until they are converged, nothing more of theirs is written
@@ -545,7 +146,7 @@ class StoreLink:
             for item in batch:
                 if item.__class__ is Unfence:
                     refused.discard(item.task_id)
-                elif not refused or _task_of(item) not in refused:
+                elif not refused or task_of(item) not in refused:
                     kept.append(item)
             batch = kept
         try:
@@ -582,25 +183,10 @@ class StoreLink:
             self._fenced.extend(conflicts)
             self.ctl._poke()
 
-    def safe_tick(self, mono: float) -> None:
-        """Dispatcher thread: ``tick``, a failure counted and logged."""
-        try:
-            self.tick(mono)
-        except Exception:
-            self.ctl.persist_failures += 1
-            log.exception("store tick failed")
-
-    # ------------------------------------------------------------ periodic
-    def tick(self, mono: float) -> None:
-        """Dispatcher thread, every tick: claim and apply commands; beat and renew;
-        converge tasks the store settled without us."""
-        self.poll_commands()
-        if mono >= self._next_owner_beat:
-            self._next_owner_beat = mono + OWNER_BEAT_EVERY
-            self.beat_owner()
-        if mono >= self._next_renew:
-            self._next_renew = mono + self.renew_every
-            self.renew_leases()
+    def settle(self, mono: float) -> None:
+        """Dispatcher thread, every tick after the commands and the owner's leases
+        (``lifecycle.OwnerLeases.tick``): converge the tasks the store settled without
+        us, mark the rows of an outage, try held writes again."""
         self.converge_refused()
         if self.health._to_mark or self.health._to_unmark:
             self.mark_rows()
@@ -636,55 +222,6 @@ class StoreLink:
                 ids.add(self._fenced.popleft())
             if ids:
                 self.converge(ids, refused=True)
-
-    def beat_owner(self) -> None:
-        ctl = self.ctl
-        if not ctl.owner:
-            return
-        oid = OwnerId.parse(ctl.owner)
-        try:
-            self.store.upsert_owner(
-                OwnerRecord(
-                    owner_id=ctl.owner,
-                    host=oid.host if oid is not None else socket.gethostname(),
-                    pid=oid.pid if oid is not None and oid.pid is not None else os.getpid(),
-                    kernel_id=oid.kernel if oid is not None else None,
-                    started_at=self._started_at,
-                    heartbeat_at=self.book.clock.now(),
-                )
-            )
-        except Exception:
-            ctl.persist_failures += 1
-            log.exception("owner heartbeat failed")
-
-    def renew_leases(self) -> None:
-        """Renew the lease of every unfinished task, then look for ones the store
-        settled meanwhile (a reconciler took them while we were frozen)."""
-        ctl = self.ctl
-        if not ctl.owner:
-            return
-        until = self.book.clock.now() + timedelta(seconds=self.lease_seconds)
-        book = self.book
-        with book.lock:
-            ids = [tid for tid, t in book.tasks.items() if t.snap.status in NON_TERMINAL]
-            for tid in ids:
-                t = book.tasks[tid]
-                t.snap = t.snap.evolve(lease_owner=ctl.owner, lease_until=until)
-                book.outbox.append(TouchLease(tid, ctl.owner, until))
-        book.flush_outbox()
-        if not ids:
-            return
-        try:
-            open_there = {
-                s.task_id
-                for s in self.store.query(
-                    TaskQuery(owner=ctl.owner, status=frozenset(NON_TERMINAL))
-                )
-            }
-        except Exception:
-            log.exception("reading this owner's tasks back failed")
-            return
-        self.converge({tid for tid in ids if tid not in open_there}, refused=False)
 
     def converge(self, ids: set[str], *, refused: bool) -> None:
         """Adopt the store's settled state for tasks it settled without us (fencing):

@@ -9,7 +9,11 @@ on the thread that calls them:
 * no executor launch runs under the lock;
 * timers fire only on the dispatcher thread, under the lock;
 * the recorder thread (store writes, subscribers) never takes the lock;
-* subscribers are called on the recorder thread, without the lock.
+* subscribers are called on the recorder thread, without the lock;
+* the store tick (``lifecycle.OwnerLeases.tick``: commands, owner heartbeat, leases,
+  fencing) runs on the dispatcher thread, without the lock (it calls the store);
+* batches are written to the store (``StoreLink.persist``) on the recorder thread,
+  without the lock.
 
 Each wrapped path must also have been taken, so a run that skipped one cannot pass.
 """
@@ -160,6 +164,30 @@ def checked(monkeypatch: pytest.MonkeyPatch, rules: Rules) -> Iterator[Controlle
         original_fire(*a)
 
     dispatcher._fire = fire  # type: ignore[method-assign]
+
+    leases = ctl._leases
+    assert leases is not None
+    original_tick = leases.tick
+
+    def tick(mono: float) -> None:
+        on_dispatcher = threading.current_thread() is dispatcher.thread
+        ok = on_dispatcher and not lock._is_owned()
+        rules.check("store tick", ok, "the store ticked off the dispatcher or under the lock")
+        original_tick(mono)
+
+    leases.tick = tick  # type: ignore[method-assign]
+
+    link = ctl._link
+    assert link is not None
+    original_persist = link._persist
+
+    def persist(batch: Any) -> None:
+        on_recorder = threading.current_thread().name == "chongming-recorder"
+        ok = on_recorder and not lock._is_owned()
+        rules.check("persist", ok, "a batch was written off the recorder or under the lock")
+        original_persist(batch)
+
+    link._persist = persist  # type: ignore[method-assign]
     yield ctl
     ctl.close(timeout=5)
 
@@ -230,7 +258,7 @@ def test_the_locking_rules_hold_under_concurrent_control(checked: Controller, ru
 
     assert all(ctl.get(h.id).status in TERMINAL for h in handles)
     assert rules.broken == []
-    for path in ("apply", "launch", "fire", "subscriber"):
+    for path in ("apply", "launch", "fire", "subscriber", "store tick", "persist"):
         assert rules.seen[path] > 0, f"the run never took the {path} path"
     assert lock.takers["chongming-recorder"] == 0, "the recorder thread took the lock"
     assert lock.takers["chongming-dispatcher"] > 0

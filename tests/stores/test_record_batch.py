@@ -1,4 +1,4 @@
-"""The recorder's write path: ``persistence.write_batch`` and the SQL backends'
+"""The recorder's write path: ``writes.write_batch`` and the SQL backends'
 ``record_batch`` (one transaction per batch), on every backend."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from chongming_nb.control.messages import (
     TouchHeartbeat,
     TouchProgress,
 )
-from chongming_nb.control.persistence import write_batch
+from chongming_nb.control.writes import write_batch
 from chongming_nb.core.errors import ConcurrencyConflict, StoreError
 from chongming_nb.core.models import AttemptRecord, Progress
 from chongming_nb.core.states import TaskStatus
