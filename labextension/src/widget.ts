@@ -114,6 +114,8 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
   const details = new Map<string, Detail>();
   const detailAsked = new Map<string, number>();
   let disconnected = false;
+  /** Why the kernel of this view is gone (its connection said so), or null. */
+  let goneReason: string | null = null;
   let filterStatus = '';
   let search = '';
   // a board opens in the order people read it; a run or a task keeps the kernel's
@@ -441,7 +443,9 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
     scheduleRender();
   }
   function checkLive(): void {
-    setDisconnected(silent || el.classList.contains('jupyter-widgets-disconnected'));
+    setDisconnected(
+      goneReason !== null || silent || el.classList.contains('jupyter-widgets-disconnected')
+    );
   }
   const classWatch = new MutationObserver(checkLive);
   classWatch.observe(el, { attributes: true, attributeFilter: ['class'] });
@@ -449,6 +453,13 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
   const onClose = () => setDisconnected(true);
   model.on('comm_live_update', onLive);
   model.on('comm:close', onClose);
+  // a kernel restarted or killed from JupyterLab closes no comm: the kernel connection's
+  // status says it at once ('restarting', 'autorestarting', 'dead'), long before three
+  // pings of silence would. The model belongs to the kernel that is gone: for good.
+  const unwatchKernel = watchKernel(model, reason => {
+    goneReason = reason;
+    setDisconnected(true);
+  });
 
   // ------------------------------------------------------------------ view model
   // does a patch of these fields change which rows are shown, or their order?
@@ -740,7 +751,7 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
     bulkNoteEl.className = `cn-bulk-note${bulkNote ? ` cm-ack-${bulkNote.tone}` : ''}`;
     banner.hidden = !disconnected && !staleFront;
     banner.textContent = disconnected
-      ? `disconnected — state as of ${formatClock(lastUpdateAt ?? Date.now(), true)}`
+      ? `${goneReason !== null ? `kernel gone (${goneReason})` : 'disconnected'} — state as of ${formatClock(lastUpdateAt ?? Date.now(), true)}`
       : staleFront
         ? "this widget's front end is older than its kernel's chongming_nb: reload the page"
         : '';
@@ -903,6 +914,61 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
     model.off('change:rows', onTrait);
     model.off('comm_live_update', onLive);
     model.off('comm:close', onClose);
+    unwatchKernel();
+  };
+}
+
+/** The part of a Lumino signal this view uses. */
+interface SignalLike<T> {
+  connect(slot: (sender: unknown, value: T) => void): boolean;
+  disconnect(slot: (sender: unknown, value: T) => void): boolean;
+}
+
+/** A kernel connection or a session context: both say the kernel's status. */
+interface KernelStatusSource {
+  status?: string;
+  statusChanged?: SignalLike<string>;
+}
+
+/** Kernel statuses after which a widget model of that kernel never lives again. */
+export const KERNEL_GONE_STATUSES: Record<string, string> = {
+  restarting: 'restarted',
+  autorestarting: 'it died and was restarted',
+  dead: 'it died',
+  terminating: 'shut down'
+};
+
+/**
+ * Call `gone(reason)` once, when the kernel this model lives in restarts, dies or shuts
+ * down, as JupyterLab's kernel connection reports it. The widget manager (JupyterLab's,
+ * reached through anywidget's `model.widget_manager`) knows the notebook's session
+ * context or the kernel; outside JupyterLab there is none and nothing is watched.
+ * Returns the unsubscribe function.
+ */
+export function watchKernel(model: unknown, gone: (reason: string) => void): () => void {
+  const manager = (model as { widget_manager?: any } | null)?.widget_manager;
+  let source: KernelStatusSource | null = null;
+  try {
+    source = manager?.context?.sessionContext ?? manager?.kernel ?? null;
+  } catch {
+    source = null;
+  }
+  if (!source || !source.statusChanged) {
+    return () => undefined;
+  }
+  let done = false;
+  const check = (status: string | undefined) => {
+    const reason = status ? KERNEL_GONE_STATUSES[status] : undefined;
+    if (!done && reason) {
+      done = true;
+      gone(reason);
+    }
+  };
+  const onStatus = (_: unknown, status: string) => check(status);
+  source.statusChanged.connect(onStatus);
+  check(source.status);
+  return () => {
+    source?.statusChanged?.disconnect(onStatus);
   };
 }
 

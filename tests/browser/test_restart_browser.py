@@ -108,3 +108,35 @@ def test_a_gone_kernels_task_reads_kernel_gone_within_5s(
         timeout=30_000,
     )
     page.locator(PANEL).screenshot(path=str(tmp_path / "kernel-gone-lost.png"))
+
+
+def test_a_notebooks_rows_read_kernel_gone_at_once_after_a_restart_from_the_kernel_menu(
+    notebook: Any, page: Any, tmp_path: Path
+) -> None:
+    """The widget watches its kernel connection's status: a restart closes no comm, and
+    without that the rows would keep offering Stop until three pings went unheard."""
+    nb = notebook("gone-widget.ipynb", [SUBMIT + "h\n"])
+    nb.run(0)
+    out = nb.cell(0)
+    out.locator(".cn-item").first.wait_for(timeout=30_000)
+    page.wait_for_function(
+        """() => [...document.querySelectorAll('.jp-Notebook .cn-item button[data-verb="stop"]')]
+                 .some((b) => !b.hidden)""",
+        timeout=30_000,
+    )
+    # Kernel > Restart Kernel…, and the dialog's Restart
+    page.evaluate("() => { window.jupyterapp.commands.execute('kernelmenu:restart'); }")
+    page.locator(".jp-Dialog .jp-mod-accept").click()
+    page.wait_for_function(
+        """() => {
+            const root = document.querySelector('.jp-Notebook .cn-root');
+            if (!root) return false;
+            const banner = root.querySelector('.cn-banner');
+            const verbs = [...root.querySelectorAll('.cn-item button[data-verb]')];
+            return root.classList.contains('cn-disconnected') && !banner.hidden &&
+                banner.textContent.startsWith('kernel gone (restarted)') &&
+                verbs.length > 0 && verbs.every((b) => b.hidden);
+        }""",
+        timeout=5_000,
+    )
+    out.screenshot(path=str(tmp_path / "widget-kernel-gone.png"))
