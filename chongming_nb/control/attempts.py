@@ -186,12 +186,7 @@ class Attempts:
         p = book.live_progress(t)
         if p is None:
             return
-        ev = ProgressUpdated(
-            event_id=book.new_event_id(),
-            at=p.updated_at or book.clock.now(),
-            task_id=t.snap.task_id,
-            progress=p,
-        )
+        ev = book.new_event(ProgressUpdated, t, at=p.updated_at, progress=p)
         with book.lock:
             book.outbox.append(ev)
             if book.store is not None:
@@ -201,16 +196,7 @@ class Attempts:
     def on_emit(self, t: TaskEntry, kind: str, payload: Any) -> None:
         book = self.book
         with book.lock:
-            book.event(
-                t,
-                TaskOutput(
-                    event_id=book.new_event_id(),
-                    at=book.clock.now(),
-                    task_id=t.snap.task_id,
-                    kind=kind,
-                    payload=payload,
-                ),
-            )
+            book.event(t, book.new_event(TaskOutput, t, kind=kind, payload=payload))
         self.unlocked()
 
     def on_log(self, t: TaskEntry, stream: str, line: str, level: str | None) -> None:
@@ -271,14 +257,7 @@ class Attempts:
             t.log_bytes -= len(logs.popleft().line)
             t.log_dropped += 1
         book.outbox.append(
-            TaskLogLine(
-                event_id=book.new_event_id(),
-                at=now,
-                task_id=t.snap.task_id,
-                stream=stream,
-                line=line,
-                level=level,
-            )
+            book.new_event(TaskLogLine, t, at=now, stream=stream, line=line, level=level)
         )
         if book.store is not None:
             book.outbox.append(AppendLog(t.snap.task_id, rec))
@@ -503,16 +482,9 @@ class Attempts:
             retry_at = book.clock.now() + timedelta(seconds=delay)
         book.end_attempt(t, S.FAILED, fail)
         book.apply(t, book.sm.mark_failed, fail, retry_at=retry_at)
+        record = t.attempts[-1] if t.attempts else None
         book.event(
-            t,
-            AttemptFailed(
-                event_id=book.new_event_id(),
-                at=book.clock.now(),
-                task_id=s.task_id,
-                attempt=s.attempt,
-                failure=fail,
-                record=t.attempts[-1] if t.attempts else None,
-            ),
+            t, book.new_event(AttemptFailed, t, attempt=s.attempt, failure=fail, record=record)
         )
         if t.snap.status is S.RETRY_WAIT:
             self.timers.push(

@@ -44,7 +44,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from chongming_nb.control.bus import EventBus, RunNote
 from chongming_nb.control.messages import (
@@ -76,6 +76,8 @@ from chongming_nb.stores.protocol import LogRecord
 
 if TYPE_CHECKING:
     from chongming_nb.stores.protocol import TaskStore
+
+E = TypeVar("E", bound=Event)
 
 #: Live progress of a running attempt: (done, total, unit, message).
 LiveProgress = tuple[float, float | None, str | None, str | None]
@@ -182,6 +184,17 @@ class TaskBook:
     def new_event_id(self) -> str:
         return f"{self.id_prefix}-{next(self._event_seq)}"
 
+    def new_event(
+        self, cls: type[E], t: TaskEntry, *, at: datetime | None = None, **fields: Any
+    ) -> E:
+        """An event of ``cls`` about task ``t``: a new id, at ``at`` (default: now)."""
+        return cls(
+            event_id=self.new_event_id(),
+            at=self.clock.now() if at is None else at,
+            task_id=t.snap.task_id,
+            **fields,
+        )
+
     def record_event(self, event: Event) -> None:
         """An event from a layer above (pipelines), kept with its task when it names one
         of this book's, published either way. Takes the lock; flushes after it."""
@@ -238,15 +251,7 @@ class TaskBook:
 
     def warn(self, t: TaskEntry, message: str) -> None:
         """Under the lock: a TaskWarning kept with the task and published."""
-        self.event(
-            t,
-            TaskWarning(
-                event_id=self.new_event_id(),
-                at=self.clock.now(),
-                task_id=t.snap.task_id,
-                message=message,
-            ),
-        )
+        self.event(t, self.new_event(TaskWarning, t, message=message))
 
     def created(self, snap: TaskSnapshot) -> None:
         """Under the lock: a new task for the store."""

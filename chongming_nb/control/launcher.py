@@ -189,12 +189,8 @@ class Launcher:
         t.attempts.append(AttemptRecord(t.snap.task_id, attempt, started_at, executor=exec_name))
         if book.bus.listened:
             book.outbox.append(
-                AttemptStarted(
-                    event_id=book.new_event_id(),
-                    at=started_at,
-                    task_id=t.snap.task_id,
-                    attempt=attempt,
-                    executor=exec_name,
+                book.new_event(
+                    AttemptStarted, t, at=started_at, attempt=attempt, executor=exec_name
                 )
             )
         if book.store is not None:

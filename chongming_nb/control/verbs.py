@@ -270,19 +270,16 @@ class Verbs:
         def go(t: TaskEntry) -> None:
             before = t.snap.status
             book.apply(t, book.sm.force_transition, target, actor=actor, reason=reason)
-            book.event(
+            override = book.new_event(
+                AdminOverride,
                 t,
-                AdminOverride(
-                    event_id=book.new_event_id(),
-                    at=book.clock.now(),
-                    task_id=t.snap.task_id,
-                    from_status=before,
-                    to_status=target,
-                    actor=actor,
-                    reason=reason,
-                    version=t.snap.status_version,
-                ),
+                from_status=before,
+                to_status=target,
+                actor=actor,
+                reason=reason,
+                version=t.snap.status_version,
             )
+            book.event(t, override)
             if target in TERMINAL and t.handle is not None:
                 t.handle.request_stop(f"forced to {target}")
             if target is S.QUEUED:
