@@ -56,7 +56,7 @@ class Admission:
     slot_freed: threading.Condition = dataclasses.field(init=False)
     tag_use: Counter[str] = dataclasses.field(init=False, default_factory=Counter)
     bucket_use: Counter[int] = dataclasses.field(init=False, default_factory=Counter)
-    # pipeline runs (control/pipeline.py): extra tag limits, held runs whose queued
+    # pipeline runs (control/pipeline/): extra tag limits, held runs whose queued
     # tasks are parked instead of dispatched, and statuses that hold a run at once
     run_limits: dict[str, int] = dataclasses.field(init=False, default_factory=dict)
     held_runs: set[str] = dataclasses.field(init=False, default_factory=set)

@@ -19,7 +19,7 @@ from chongming_nb.core.errors import ConfigurationError
 from chongming_nb.core.states import TaskStatus
 
 if TYPE_CHECKING:
-    from chongming_nb.control.pipeline._run import PipelineRun
+    from chongming_nb.control.pipeline._state import RunState
 
 __all__ = ["CtxUpstream", "Expand", "Gather", "NodeCall", "Restored", "RunWhen"]
 
@@ -121,7 +121,7 @@ class RunWhen:
 
     __slots__ = ("ancestors", "fn", "run")
 
-    def __init__(self, run: PipelineRun, fn: Callable[..., Any], ancestors: set[str]) -> None:
+    def __init__(self, run: RunState, fn: Callable[..., Any], ancestors: set[str]) -> None:
         self.run = run
         self.fn = fn
         self.ancestors = ancestors

@@ -6,46 +6,24 @@ Every function here is called with the run's lock held."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from chongming_nb.control.pipeline._bodies import Expand, Gather, NodeCall, Restored, RunWhen
 from chongming_nb.control.pipeline._node import Node
 from chongming_nb.control.pipeline._resume import file_name
 from chongming_nb.control.pipeline._sleep import SleepBody, SleepStep
+from chongming_nb.control.pipeline._state import RunState, TaskInfo
 from chongming_nb.control.spec import wants_context
 from chongming_nb.core.policies import JoinMode, RetryPolicy
 from chongming_nb.core.states import TERMINAL, TaskStatus
 
-if TYPE_CHECKING:
-    from chongming_nb.control.pipeline._run import PipelineRun
-
-__all__ = ["NodeRun", "TaskInfo", "expand", "materialize"]
+__all__ = ["expand", "materialize"]
 
 S = TaskStatus
 
 
-@dataclass(slots=True)
-class TaskInfo:
-    node: str
-    role: str  # node | expander | child | collector
-    deps: tuple[str, ...]
-    index: int | None = None
-
-
-@dataclass(slots=True)
-class NodeRun:
-    node: Node
-    task_id: str | None = None  # the node's task (a map: its collector)
-    expander: str | None = None
-    children: list[str] = field(default_factory=list)
-    restored: bool = False
-    output: Path | None = None
-    saved: bool = False
-
-
-def _rep(run: PipelineRun, name: str) -> str | None:
+def _rep(run: RunState, name: str) -> str | None:
     """The task standing for node ``name`` for its dependants (None: not yet)."""
     nr = run._nodes[name]
     if nr.task_id is not None:
@@ -57,7 +35,7 @@ def _rep(run: PipelineRun, name: str) -> str | None:
     return None
 
 
-def materialize(run: PipelineRun, restored: Mapping[str, Any] | None = None) -> None:
+def materialize(run: RunState, restored: Mapping[str, Any] | None = None) -> None:
     """Create the tasks of every waiting node whose dependencies exist (in order)."""
     still: list[str] = []
     for name in run._waiting:
@@ -119,13 +97,13 @@ def materialize(run: PipelineRun, restored: Mapping[str, Any] | None = None) -> 
     run._waiting = still
 
 
-def _when(run: PipelineRun, node: Node) -> Callable[[Mapping[Any, Any]], Any] | None:
+def _when(run: RunState, node: Node) -> Callable[[Mapping[Any, Any]], Any] | None:
     if node.when is None:
         return None
     return RunWhen(run, node.when, _ancestors(run, node.name))
 
 
-def _ancestors(run: PipelineRun, name: str) -> set[str]:
+def _ancestors(run: RunState, name: str) -> set[str]:
     """Every node upstream of ``name`` (transitively) in this run."""
     seen: set[str] = set()
     stack = list(run._nodes[name].node.deps)
@@ -137,14 +115,14 @@ def _ancestors(run: PipelineRun, name: str) -> set[str]:
     return seen
 
 
-def _output_path(run: PipelineRun, node: Node) -> Path | None:
+def _output_path(run: RunState, node: Node) -> Path | None:
     if run.outputs_dir is None:
         return None
     return run.outputs_dir / file_name(node.name, run._serializer(node).suffix)
 
 
 def _create(
-    run: PipelineRun,
+    run: RunState,
     call: Callable[..., Any],
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
@@ -190,7 +168,7 @@ def _create(
     return tid
 
 
-def expand(run: PipelineRun, name: str, expander: str) -> None:
+def expand(run: RunState, name: str, expander: str) -> None:
     """The items are known: create one task per item, then the collector."""
     nr = run._nodes[name]
     node = nr.node

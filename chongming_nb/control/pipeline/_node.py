@@ -4,17 +4,28 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from chongming_nb.control.pipeline._serializer import Serializer
 from chongming_nb.control.spec import TaskSpec
 from chongming_nb.core.errors import ConfigurationError
-from chongming_nb.core.policies import JoinMode
+from chongming_nb.core.policies import AggregationPolicy, JoinMode
 
-if TYPE_CHECKING:
-    from chongming_nb.control.pipeline._pipeline import Pipeline
+__all__ = ["NOT_A_MAP", "Node", "PipelineShape", "join_mode"]
 
-__all__ = ["NOT_A_MAP", "Node", "join_mode"]
+
+class PipelineShape(Protocol):
+    """What a node and a run read of their Pipeline (``_pipeline.Pipeline``; a
+    Protocol, so that this module does not import the one that imports it)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def on_failure(self) -> AggregationPolicy: ...
+    @property
+    def serializer(self) -> Serializer: ...
+    @property
+    def persist_outputs(self) -> bool: ...
 
 
 @dataclass(slots=True, weakref_slot=True, eq=False, repr=False)
@@ -23,7 +34,7 @@ class Node:
     a key of the ``up`` mapping ``when=`` gets, and in ``ctx.upstream(node)``. Nodes
     compare and hash by identity."""
 
-    pipeline: Pipeline
+    pipeline: PipelineShape
     name: str
     fn: Callable[..., Any]
     args: tuple[Any, ...]

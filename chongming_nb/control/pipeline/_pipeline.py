@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chongming_nb.control.pipeline._node import NOT_A_MAP, Node, join_mode
 from chongming_nb.control.pipeline._resume import Previous, load_previous
@@ -18,6 +18,9 @@ from chongming_nb.core.graph import Graph
 from chongming_nb.core.policies import AggregationKind, AggregationPolicy, JoinMode, RetryPolicy
 from chongming_nb.core.validation import check_int64, check_text
 from chongming_nb.pictures import GraphPicture, layout, nodes_of
+
+if TYPE_CHECKING:
+    from chongming_nb.control.controller import Controller
 
 __all__ = ["Pipeline"]
 
@@ -333,7 +336,7 @@ class Pipeline:
 
     def submit(
         self,
-        ctl: Any,
+        ctl: Controller,
         mode: str | None = None,
         rollback: bool = False,
         resume_from: str | PipelineRun | None = None,

@@ -17,7 +17,7 @@ from chongming_nb.core.states import TaskStatus
 from chongming_nb.stores.protocol import RunRecord
 
 if TYPE_CHECKING:
-    from chongming_nb.control.pipeline._run import PipelineRun
+    from chongming_nb.control.pipeline._state import RunState
 
 __all__ = [
     "RECORD_INTERVAL",
@@ -36,7 +36,7 @@ S = TaskStatus
 RECORD_INTERVAL = 0.5
 
 
-def run_spec(run: PipelineRun) -> dict[str, Any]:
+def run_spec(run: RunState) -> dict[str, Any]:
     nodes = []
     for name, nr in run._nodes.items():
         st = run._node_status(name)
@@ -74,7 +74,7 @@ def run_spec(run: PipelineRun) -> dict[str, Any]:
     }
 
 
-def save_record(run: PipelineRun, force: bool = False) -> None:
+def save_record(run: RunState, force: bool = False) -> None:
     store = getattr(run.ctl, "store", None)
     if store is None:
         return
@@ -98,7 +98,7 @@ def save_record(run: PipelineRun, force: bool = False) -> None:
         log.exception("pipeline run %s: saving the RunRecord failed", run.id)
 
 
-def append_manifest(run: PipelineRun, entry: Mapping[str, Any]) -> None:
+def append_manifest(run: RunState, entry: Mapping[str, Any]) -> None:
     if run.outputs_dir is None:
         return
     try:
@@ -109,7 +109,7 @@ def append_manifest(run: PipelineRun, entry: Mapping[str, Any]) -> None:
         log.warning("pipeline run %s: manifest not written: %s", run.id, exc)
 
 
-def run_summary(run: PipelineRun) -> dict[str, Any]:
+def run_summary(run: RunState) -> dict[str, Any]:
     """Counts per status, the first failure and the chain it caused."""
     with run._lock:
         first = run._first_failure
@@ -142,7 +142,7 @@ def run_summary(run: PipelineRun) -> dict[str, Any]:
         }
 
 
-def run_frame(run: PipelineRun) -> Any:
+def run_frame(run: RunState) -> Any:
     """One row per task of the run (map children and item tasks included) plus one
     per node not created yet: node, task_id, role, status, attempts, started, ended,
     duration, restored."""

@@ -21,7 +21,8 @@ from chongming_nb.core.errors import ConfigurationError
 from chongming_nb.core.states import TaskStatus
 
 if TYPE_CHECKING:
-    from chongming_nb.control.pipeline._run import PipelineRun
+    from chongming_nb.control.controller import Controller
+    from chongming_nb.control.pipeline._state import RunState
 
 __all__ = ["RUNS", "Previous", "artifacts_root", "file_name", "load_previous"]
 
@@ -38,8 +39,8 @@ class Previous:
     wakes: dict[str, datetime] = field(default_factory=dict)  # sleep steps' wake times
 
 
-def artifacts_root(ctl: Any) -> Path:
-    root = getattr(ctl, "artifacts_root", None)
+def artifacts_root(ctl: Controller) -> Path:
+    root = ctl.artifacts_root
     if root is None:
         return Path(tempfile.gettempdir()) / "chongming-artifacts"
     return Path(root)
@@ -51,10 +52,10 @@ def file_name(node: str, suffix: str) -> str:
     return f"{safe}-{digest}{suffix}"
 
 
-RUNS: weakref.WeakValueDictionary[str, PipelineRun] = weakref.WeakValueDictionary()
+RUNS: weakref.WeakValueDictionary[str, RunState] = weakref.WeakValueDictionary()
 
 
-def load_previous(ctl: Any, run_id: str) -> Previous:
+def load_previous(ctl: Controller, run_id: str) -> Previous:
     """What an earlier run left: from this process, the store's RunRecord, or the
     manifest next to its outputs (all three are merged when present)."""
     outputs: dict[str, Path] = {}
@@ -69,7 +70,7 @@ def load_previous(ctl: Any, run_id: str) -> Previous:
             spec = run_spec(mem)
         outputs_dir = Path(spec["outputs_dir"]) if spec.get("outputs_dir") else None
         _merge_spec(spec, outputs, compensated, wakes)
-    store = getattr(ctl, "store", None)
+    store = ctl.store
     if store is not None:
         try:
             rec = store.get_run(run_id)

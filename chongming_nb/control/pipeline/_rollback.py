@@ -14,7 +14,7 @@ from chongming_nb.core.events import CompensationRan
 from chongming_nb.core.states import TaskStatus
 
 if TYPE_CHECKING:
-    from chongming_nb.control.pipeline._run import PipelineRun
+    from chongming_nb.control.pipeline._state import RunState
 
 __all__ = ["Rollback"]
 
@@ -29,7 +29,7 @@ class Rollback:
 
     __slots__ = ("active", "compensated", "entries", "run")
 
-    def __init__(self, run: PipelineRun) -> None:
+    def __init__(self, run: RunState) -> None:
         self.run = run
         self.compensated: set[str] = set()  # task ids
         self.entries: list[dict[str, Any]] = []  # node, task_id, ok, error — in order

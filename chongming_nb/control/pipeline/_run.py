@@ -21,8 +21,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from chongming_nb.control.pipeline._build import NodeRun, TaskInfo, expand, materialize
-from chongming_nb.control.pipeline._node import Node
+from chongming_nb.control.pipeline._build import expand, materialize
+from chongming_nb.control.pipeline._node import Node, PipelineShape
 from chongming_nb.control.pipeline._record import (
     append_manifest,
     run_frame,
@@ -32,6 +32,7 @@ from chongming_nb.control.pipeline._record import (
 from chongming_nb.control.pipeline._resume import RUNS, Previous, artifacts_root
 from chongming_nb.control.pipeline._rollback import Rollback
 from chongming_nb.control.pipeline._serializer import Serializer
+from chongming_nb.control.pipeline._state import NodeRun, TaskInfo
 from chongming_nb.control.pipeline._status import FAILURES, RUN_TERMINAL, PipelineRunStatus
 from chongming_nb.core.errors import ConfigurationError, InvalidTransition, TaskNotFound
 from chongming_nb.core.events import PipelineRunStatusChanged, TaskWarning
@@ -41,7 +42,7 @@ from chongming_nb.core.states import TERMINAL, UNOCCUPIED, TaskStatus
 from chongming_nb.pictures import GraphPicture, Timeline, from_source, layout, nodes_of
 
 if TYPE_CHECKING:
-    from chongming_nb.control.pipeline._pipeline import Pipeline
+    from chongming_nb.control.controller import Controller
 
 __all__ = ["PipelineRun"]
 
@@ -55,8 +56,8 @@ class PipelineRun:
 
     def __init__(
         self,
-        pipeline: Pipeline,
-        ctl: Any,
+        pipeline: PipelineShape,
+        ctl: Controller,
         nodes: list[Node],
         mode: str | None,
         rollback: bool,

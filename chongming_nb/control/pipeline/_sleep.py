@@ -20,7 +20,7 @@ from chongming_nb.core.errors import ConfigurationError
 from chongming_nb.core.validation import check_seconds
 
 if TYPE_CHECKING:
-    from chongming_nb.control.pipeline._run import PipelineRun
+    from chongming_nb.control.pipeline._state import RunState
 
 __all__ = ["SleepBody", "SleepStep", "sleep_step"]
 
@@ -63,7 +63,7 @@ class SleepBody:
     __slots__ = ("node", "run", "step")
     __signature__ = _SIG_CTX
 
-    def __init__(self, run: PipelineRun, node: str, step: SleepStep) -> None:
+    def __init__(self, run: RunState, node: str, step: SleepStep) -> None:
         self.run = run
         self.node = node
         self.step = step
