@@ -59,6 +59,8 @@ export interface RowContext {
   now: number;
   /** No kernel/server to send to: every action is disabled, and says why. */
   disconnected: boolean;
+  /** The tooltip of a disabled action while disconnected (default: no kernel to send to). */
+  offline?: string;
   note(taskId: string): RowNote | null;
   onVerb(taskId: string, verb: ControlVerb): void;
   /** A click on the name: the widget opens the log drawer, the sidebar the details. */
@@ -171,6 +173,10 @@ export function boardCompare(a: TaskRow, b: TaskRow): number {
     return tb - ta;
   }
   return a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
+}
+
+function offlineText(ctx: RowContext): string {
+  return ctx.offline ?? 'disconnected: no kernel to send it to';
 }
 
 /** A row's verb buttons in `verbs` order that are allowed now. */
@@ -490,7 +496,7 @@ export function patchRow(item: HTMLElement, row: TaskRow, ctx: RowContext, signa
     const tip = on
       ? `${VERB_TIPS[verb]} — ${row.name}`
       : ctx.disconnected
-        ? 'disconnected: no kernel to send it to'
+        ? offlineText(ctx)
         : (ctx.why?.(row, verb) ?? `${VERB_LABELS[verb]} is not possible while ${STATUS_LABELS[row.status]}`);
     setAttr(button, 'title', tip);
     setAttr(entry, 'title', tip);
@@ -505,7 +511,7 @@ export function patchRow(item: HTMLElement, row: TaskRow, ctx: RowContext, signa
     allowed.size
       ? `Actions: ${Array.from(allowed, v => VERB_LABELS[v]).join(', ')}`
       : ctx.disconnected
-        ? 'disconnected: no kernel to send it to'
+        ? offlineText(ctx)
         : 'no action is possible now'
   );
   p.more.disabled = allowed.size === 0;

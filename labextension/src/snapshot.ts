@@ -17,39 +17,17 @@ import type { IRenderMime } from '@jupyterlab/rendermime-interfaces';
 import { Message } from '@lumino/messaging';
 import { Panel, Widget } from '@lumino/widgets';
 
-import {
-  ACTOR_SOURCE_LABELS,
-  ActorSource,
-  SNAPSHOT_MIME,
-  STATUS_TONES,
-  TaskStatus,
-  WIDGET_MIME
-} from './contract';
-
-/** One row of the widget's row shape (the fields the snapshot draws). */
-export interface SnapshotRow {
-  id: string;
-  name: string;
-  status: string;
-  attempt: number;
-  max_attempts: number;
-  done: number;
-  total: number | null;
-  unit: string | null;
-  message: string | null;
-  started: number | null;
-  ended: number | null;
-  failure: { kind: string; message: string } | null;
-  ended_by: ActorSource | null;
-  end_reason: string | null;
-}
+import { ROW_FIELDS, SNAPSHOT_MIME, TaskRow, WIDGET_MIME } from './contract';
+import { formatClock } from './format';
+import { RowContext, renderRow } from './row';
 
 export interface SnapshotData {
   version: number;
   kind: string;
   title: string;
   model_id: string;
-  rows: SnapshotRow[];
+  /** Rows of the widget's row shape, drawn by the same row module as the live view. */
+  rows: TaskRow[];
   total_rows: number;
   summary: Record<string, number>;
   at: number | null;
@@ -70,57 +48,43 @@ function el<K extends keyof HTMLElementTagNameMap>(
   return node;
 }
 
-const pad2 = (n: number) => String(n).padStart(2, '0');
+const ROW_DEFAULTS: Partial<Record<(typeof ROW_FIELDS)[number], unknown>> = {
+  version: 0,
+  attempt: 0,
+  max_attempts: 1,
+  done: 0,
+  has_tb: false,
+  tags: [],
+  can: {}
+};
 
-export function clockText(ms: number | null | undefined): string {
-  if (ms === null || ms === undefined) {
-    return '';
+/** A saved row with every field of the row shape (a notebook saved by an older version
+ * may lack the newer ones): absent fields read as unknown. */
+export function savedRow(raw: Partial<TaskRow>): TaskRow {
+  const row: Record<string, unknown> = { ...raw };
+  for (const key of ROW_FIELDS) {
+    if (row[key] === undefined) {
+      row[key] = key in ROW_DEFAULTS ? ROW_DEFAULTS[key] : null;
+    }
   }
-  const d = new Date(ms);
-  return `${pad2(d.getHours())}:${pad2(d.getMinutes())}:${pad2(d.getSeconds())}`;
+  return row as unknown as TaskRow;
 }
 
-export function durationText(row: SnapshotRow, at: number | null): string {
-  if (row.started === null || row.started === undefined) {
-    return '';
-  }
-  const end = row.ended ?? at;
-  if (end === null || end === undefined) {
-    return '';
-  }
-  let s = Math.max(0, Math.floor((end - row.started) / 1000));
-  const h = Math.floor(s / 3600);
-  s -= h * 3600;
-  const m = Math.floor(s / 60);
-  s -= m * 60;
-  return h ? `${h}:${pad2(m)}:${pad2(s)}` : `${m}:${pad2(s)}`;
+/** A saved row offers no action: the state is not live. Its clock is the snapshot's. */
+function savedContext(at: number | null): RowContext {
+  return {
+    now: at ?? Date.now(),
+    disconnected: true,
+    offline: 'saved state, not live: no kernel to send it to',
+    note: () => null,
+    onVerb: () => undefined,
+    onSelect: () => undefined,
+    isSelected: () => false,
+    selectLabel: 'Saved state of'
+  };
 }
 
-export function progressText(row: SnapshotRow): string {
-  const num = (x: number) => (Number.isInteger(x) ? String(x) : x.toFixed(1));
-  if (row.total === null && !row.done) {
-    return '';
-  }
-  const text = row.total === null ? num(row.done) : `${num(row.done)}/${num(row.total)}`;
-  const pct =
-    row.total ? ` (${Math.round((100 * Math.min(row.done, row.total)) / row.total)}%)` : '';
-  return `${row.unit ? `${text} ${row.unit}` : text}${pct}`;
-}
-
-/** "stopped from the sidebar at 14:03:07: not needed", or the failure, or the message. */
-export function messageText(row: SnapshotRow): string {
-  if (row.ended_by) {
-    const by = ACTOR_SOURCE_LABELS[row.ended_by] ?? row.ended_by;
-    const when = row.ended !== null ? ` at ${clockText(row.ended)}` : '';
-    return `${row.status} ${by}${when}${row.end_reason ? `: ${row.end_reason}` : ''}`;
-  }
-  if (row.failure) {
-    return `${row.failure.kind}: ${row.failure.message}`;
-  }
-  return row.message ?? '';
-}
-
-/** Draw the snapshot into `node` (replacing what is there). */
+/** Draw the snapshot into `node` (replacing what is there), one row as in the live view. */
 export function renderSnapshot(node: HTMLElement, data: SnapshotData): void {
   node.replaceChildren();
   const rows = Array.isArray(data.rows) ? data.rows : [];
@@ -134,44 +98,17 @@ export function renderSnapshot(node: HTMLElement, data: SnapshotData): void {
     el('span', 'cn-saved-summary', ` — ${total} task${total === 1 ? '' : 's'}${counts ? `: ${counts}` : ''}`)
   );
   head.appendChild(
-    el('span', 'cn-saved-note', ` · saved state as of ${clockText(data.at)}, not live`)
+    el('span', 'cn-saved-note', ` · saved state as of ${formatClock(data.at, true)}, not live`)
   );
   node.appendChild(head);
-  const table = el('table', 'cn-saved-table');
-  const tbody = el('tbody');
+  const list = el('div', 'cm-Rows cn-saved-rows');
+  const ctx = savedContext(data.at);
   for (const row of rows) {
-    const tr = el('tr', 'cn-saved-row');
-    tr.dataset.status = row.status;
-    tr.dataset.tone = STATUS_TONES[row.status as TaskStatus] ?? 'idle';
-    tr.dataset.taskId = row.id;
-    const name = el('td', 'cn-saved-name', row.name);
-    name.title = row.id;
-    const status = el('td', 'cn-saved-status');
-    status.appendChild(el('span', 'cn-saved-badge', row.status));
-    const prog = el('td', 'cn-saved-progress');
-    if (row.total) {
-      const bar = el('span', 'cn-saved-bar');
-      bar.setAttribute('role', 'progressbar');
-      bar.setAttribute('aria-valuemin', '0');
-      bar.setAttribute('aria-valuemax', String(row.total));
-      bar.setAttribute('aria-valuenow', String(row.done));
-      const fill = el('span', 'cn-saved-fill');
-      fill.style.width = `${Math.min(100, Math.max(0, (100 * row.done) / row.total)).toFixed(1)}%`;
-      bar.appendChild(fill);
-      prog.appendChild(bar);
-    }
-    prog.appendChild(el('span', 'cn-saved-progtext', progressText(row)));
-    const attempt = el('td', 'cn-saved-attempt', `${row.attempt}/${row.max_attempts}`);
-    const duration = el('td', 'cn-saved-duration', durationText(row, data.at));
-    const msg = el('td', 'cn-saved-message', messageText(row));
-    if (row.failure && !row.ended_by) {
-      msg.classList.add('cn-saved-failure');
-    }
-    tr.append(name, status, prog, attempt, duration, msg);
-    tbody.appendChild(tr);
+    const item = renderRow(savedRow(row), ctx);
+    item.classList.add('cn-saved-row');
+    list.appendChild(item);
   }
-  table.appendChild(tbody);
-  node.appendChild(table);
+  node.appendChild(list);
   if (total > rows.length) {
     node.appendChild(el('div', 'cn-saved-more', `… ${total - rows.length} more tasks not shown`));
   }

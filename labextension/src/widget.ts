@@ -601,6 +601,7 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
     return {
       now,
       disconnected,
+      offline: goneReason !== null ? `kernel gone (${goneReason}): no kernel to send it to` : undefined,
       note: id => notes.get(id) ?? null,
       onVerb: (id, verb) => {
         const r = rows.get(id);

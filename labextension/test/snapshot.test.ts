@@ -1,32 +1,28 @@
 import { Widget } from '@lumino/widgets';
 import { describe, expect, it } from 'vitest';
 
-import { SNAPSHOT_MIME, WIDGET_MIME } from '../src/contract';
-import { SnapshotData, SnapshotRenderer, SnapshotRow, messageText, renderSnapshot } from '../src/snapshot';
+import { SNAPSHOT_MIME, TaskRow, WIDGET_MIME } from '../src/contract';
+import { renderRow } from '../src/row';
+import { SnapshotData, SnapshotRenderer, renderSnapshot } from '../src/snapshot';
+import { context, row } from './fixtures';
 
 const XSS = '<img src=x onerror=window.__xss=1>';
 
-function srow(overrides: Partial<SnapshotRow> = {}): SnapshotRow {
-  return {
-    id: 't1',
-    name: 'extract',
+function srow(overrides: Partial<TaskRow> = {}): TaskRow {
+  return row({
     status: 'succeeded',
     attempt: 1,
     max_attempts: 1,
     done: 200,
     total: 200,
     unit: 'item',
-    message: null,
     started: Date.parse('2026-01-01T10:00:00Z'),
     ended: Date.parse('2026-01-01T10:03:12Z'),
-    failure: null,
-    ended_by: null,
-    end_reason: null,
     ...overrides
-  };
+  });
 }
 
-function data(rows: SnapshotRow[]): SnapshotData {
+function data(rows: TaskRow[]): SnapshotData {
   return {
     version: 1,
     kind: 'task',
@@ -39,16 +35,44 @@ function data(rows: SnapshotRow[]): SnapshotData {
   };
 }
 
+function drawn(rows: TaskRow[], ctx = context({ disconnected: true })): HTMLElement {
+  const node = document.createElement('div');
+  node.append(...rows.map(r => renderRow(r, ctx)));
+  return node;
+}
+
 describe('the saved snapshot', () => {
-  it('shows final status, progress with percentage and duration', () => {
+  it('draws each row with the row module, as the live view does, with no action', () => {
     const node = document.createElement('div');
     renderSnapshot(node, data([srow()]));
-    const tr = node.querySelector('tr.cn-saved-row') as HTMLElement;
-    expect(tr.dataset.tone).toBe('ok');
-    expect(tr.querySelector('.cn-saved-badge')!.textContent).toBe('succeeded');
-    expect(tr.querySelector('.cn-saved-progtext')!.textContent).toBe('200/200 item (100%)');
-    expect(tr.querySelector('.cn-saved-duration')!.textContent).toBe('3:12');
-    expect(node.textContent).toContain('saved state as of');
+    const r = node.querySelector('.cm-Rows > .cm-Row.cn-saved-row') as HTMLElement;
+    expect(r.dataset.tone).toBe('ok');
+    expect(r.querySelector('.cm-Row-status')!.textContent).toBe('succeeded');
+    expect(r.querySelector('.cm-Row-pct')!.textContent).toBe('100%');
+    expect(r.querySelector('.cm-Row-count')!.textContent).toBe('200/200 item');
+    expect(r.querySelector('.cm-Row-times')!.textContent).toBe('3m12s');
+    expect([...r.querySelectorAll('button[data-verb]')].every(b => (b as HTMLElement).hidden)).toBe(true);
+    expect(r.querySelector('.cm-Row-more')!.getAttribute('title')).toContain('saved state, not live');
+    expect(node.textContent).toMatch(/saved state as of \d\d:\d\d:\d\d, not live/);
+    // the same cells as the live row (one row, one source)
+    const live = drawn([srow()]).firstElementChild as HTMLElement;
+    for (const cell of ['.cm-Row-status', '.cm-Row-pct', '.cm-Row-count', '.cm-Row-times', '.cm-Row-noteText']) {
+      expect(r.querySelector(cell)!.textContent).toBe(live.querySelector(cell)!.textContent);
+    }
+  });
+
+  it("a running row's clock stops at the snapshot's time", () => {
+    const node = document.createElement('div');
+    renderSnapshot(node, data([srow({ status: 'running', ended: null, done: 50 })]));
+    expect(node.querySelector('.cm-Row-times')!.textContent).toBe('5m00s<?');
+  });
+
+  it('draws a row saved without the newer fields', () => {
+    const node = document.createElement('div');
+    const old = { id: 't1', name: 'old', status: 'succeeded', done: 3, total: 3 } as unknown as TaskRow;
+    renderSnapshot(node, data([old]));
+    expect(node.querySelector('.cm-Row-count')!.textContent).toBe('3/3');
+    expect(node.querySelector('.cm-Row-times')!.textContent).toBe('');
   });
 
   it('says who stopped a task, in a neutral tone, and escapes every string', () => {
@@ -62,15 +86,12 @@ describe('the saved snapshot', () => {
     });
     renderSnapshot(node, data([stopped]));
     expect(node.querySelector('img')).toBeNull();
-    const tr = node.querySelector('tr.cn-saved-row') as HTMLElement;
-    expect(tr.dataset.tone).toBe('muted');
-    expect(tr.querySelector('.cn-saved-name')!.textContent).toBe(XSS);
-    const msg = tr.querySelector('.cn-saved-message')!;
-    expect(msg.textContent).toMatch(/^stopped from the sidebar at \d\d:\d\d:\d\d: </);
-    expect(msg.classList.contains('cn-saved-failure')).toBe(false);
-    expect(messageText(srow({ status: 'failed', failure: { kind: 'exception', message: 'boom' } }))).toBe(
-      'exception: boom'
-    );
+    const r = node.querySelector('.cn-saved-row') as HTMLElement;
+    expect(r.dataset.tone).toBe('muted');
+    expect(r.querySelector('.cm-Row-name')!.textContent).toBe(XSS);
+    const msg = r.querySelector('.cm-Row-noteText')!;
+    expect(msg.textContent).toMatch(/^stopped from the sidebar at \d\d:\d\d: </);
+    expect(msg.classList.contains('cm-mod-failure')).toBe(false);
   });
 });
 
@@ -127,7 +148,7 @@ describe('the renderer', () => {
     expect(created).toBe(0);
     expect(r.live).toBe(true);
     expect(r.node.querySelectorAll('.cn-saved-live').length).toBe(1);
-    expect(r.node.querySelector('.cn-saved-badge')!.textContent).toBe('failed');
+    expect(r.node.querySelector('.cn-saved-row .cm-Row-status')!.textContent).toBe('failed');
     Widget.detach(r);
     r.dispose();
   });

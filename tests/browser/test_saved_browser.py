@@ -123,8 +123,10 @@ def test_save_shut_down_reopen_shows_final_states_and_html_says_succeeded(
     text0 = again.output_text(0)
     text1 = again.output_text(1)
     assert "model not found" not in text0 + text1
-    assert "succeeded" in first.inner_text()
-    assert "200/200 item (100%)" in first.inner_text()
+    # drawn by the same row module as the live view (labextension/src/row.ts)
+    assert first.locator(".cm-Row-status").inner_text() == "succeeded"
+    assert first.locator(".cm-Row-count").inner_text() == "200/200 item"
+    assert first.locator(".cm-Row-pct").inner_text() == "100%"
     row1 = again.cell(1).locator(".cn-saved-static .cn-saved-row").first
     assert "stopped" in row1.inner_text()
     assert "stopped from the widget at " in row1.inner_text()
