@@ -48,6 +48,10 @@ LOG_RING = 2000  # (the default of HistoryLimits.memory_log_lines)
 #: (what the kernel holds for logs stays bounded however fast a task prints).
 LOG_INFLIGHT_HIGH = 2_000_000
 LOG_INFLIGHT_LOW = 500_000
+#: What the kernel keeps of an ended task's log when a store holds it (``h.logs()``
+#: reads the store; this tail answers while the store cannot be read).
+ENDED_LOG_LINES = 20
+ENDED_LOG_CHARS = 20_000
 
 
 class Launch(NamedTuple):
@@ -416,7 +420,22 @@ class Attempts:
             if st is S.STARTING:
                 book.apply(t, book.sm.mark_running)
             self._settle_outcome(t, outcome)
+        if t.snap.status in TERMINAL:
+            self.release_logs(t)
         self.deps.after_status(t)
+
+    def release_logs(self, t: TaskEntry) -> None:
+        """Under the lock: the task ended. With a store (which has its log, or has it
+        queued) the kernel lets go of its tail but for the last few lines; ``logs()``
+        reads the store from now on. Without a store the bounded tail stays: it is all
+        there is."""
+        logs = t.logs
+        if self.book.store is None or logs is None:
+            return
+        t.logs_in_store = True
+        while len(logs) > ENDED_LOG_LINES or (len(logs) > 1 and t.log_bytes > ENDED_LOG_CHARS):
+            t.log_bytes -= len(logs.popleft().line)
+            t.log_dropped += 1
 
     def _settle_outcome(self, t: TaskEntry, outcome: Outcome) -> None:
         book = self.book

@@ -108,6 +108,7 @@ class TaskEntry:
     log_bytes: int = 0  # text of ``logs``
     log_dropped: int = 0  # lines dropped from ``logs`` (oldest first)
     store_log_bytes: int = 0  # what the store holds of this task's log (an upper bound)
+    logs_in_store: bool = False  # ended: ``logs`` is a short tail, the store has the log
     result: Any = None
     exception: BaseException | None = None
     handle: ExecutionHandle | None = None

@@ -8,6 +8,7 @@ shows every report made before it.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import time
 from collections.abc import Iterable
@@ -25,6 +26,11 @@ from chongming_nb.stores.protocol import DROPPED_STREAM, LogRecord, dropped_mark
 
 if TYPE_CHECKING:
     import pandas as pd
+
+log = logging.getLogger("chongming_nb.controller")
+
+#: How long ``logs()`` of an ended task waits for its queued lines to reach the store.
+LOG_READ_WAIT = 10.0
 
 #: A status filter: one status, a status value, or several.
 StatusFilter = TaskStatus | str | Iterable[TaskStatus | str] | None
@@ -120,10 +126,21 @@ class Queries:
             return list(self.book.task(task_id).attempts)
 
     def logs(self, task_id: object, limit: int | None = None) -> list[LogRecord]:
-        with self.book.lock:
-            t = self.book.task(task_id)
+        book = self.book
+        with book.lock:
+            t = book.task(task_id)
+            in_store = t.logs_in_store
             lines = list(t.logs or ())
             dropped = t.log_dropped
+        if in_store and book.store is not None:
+            # an ended task: the kernel let go of its log, the store has it (once what is
+            # queued is written); its short tail below answers when the store cannot
+            book.flush_outbox()
+            book.bus.flush(LOG_READ_WAIT)
+            try:
+                return list(book.store.logs(t.snap.task_id, limit=limit))
+            except Exception as exc:
+                log.warning("reading the log of %s from the store failed: %s", t.snap.task_id, exc)
         kept = len(lines)
         if limit:
             lines = lines[-limit:]

@@ -25,6 +25,7 @@ from chongming_nb import (
     TaskStatus,
 )
 from chongming_nb.cli.main import main as cli
+from chongming_nb.control.attempts import ENDED_LOG_CHARS, ENDED_LOG_LINES
 from chongming_nb.notebook.widget import TaskTable
 from chongming_nb.testing.widgets import recording_comms
 
@@ -64,6 +65,16 @@ def test_200_mb_printed_keeps_the_store_within_the_cap_and_the_kernel_lets_go(
     assert h.result(timeout=600) == 1
     assert ctl.flush(120)
     peak_rss = _rss()
+    # the task ended: the kernel let go of its log tail (the store has the log), and
+    # h.logs() reads the store
+    entry = ctl._book.task(h.id)
+    assert entry.logs is not None and len(entry.logs) <= ENDED_LOG_LINES
+    assert entry.log_bytes <= ENDED_LOG_CHARS
+    mine = h.logs()
+    assert mine == ctl.store.logs(h.id)
+    assert mine[0].stream == "dropped" and len(mine) > 2_000  # more than the kernel kept
+    gc.collect()
+    assert _rss() - base_rss < 50 * MB, "the kernel holds on to the ended task's output"
     ctl.close()
     ctl.store.close()  # at rest: SQLite folds its write-ahead log back into the file
     store = SqliteStore(path)
@@ -75,9 +86,6 @@ def test_200_mb_printed_keeps_the_store_within_the_cap_and_the_kernel_lets_go(
     dropped = int(stored[0].line.split()[1])
     assert dropped + len(stored) - 1 == 200_000  # every line either kept or counted
     assert all(r.line == line for r in stored[1:])
-    # the kernel's own copy is a bounded tail, and says so too
-    mine = h.logs()
-    assert mine[0].stream == "dropped" and len(mine) - 1 <= 2_000
     # the CLI says so: its first line is the marker, with the count
     full = io.StringIO()
     assert cli(["--store", str(path), "logs", h.id], out=full) == 0
@@ -113,6 +121,28 @@ def test_the_kernel_keeps_a_bounded_tail_and_says_how_much_it_dropped(
     assert dropped + len(lines) - 1 == 27
     assert [r.line for r in lines[1:]] == ["w" * 600]  # 1,200 characters do not fit 1,000
     assert h.logs(limit=1) == lines[-1:]  # the newest line asked for is there: no marker
+
+
+def test_an_ended_task_logs_come_from_the_store_and_its_tail_answers_without_it(
+    make_ctl: Callable[..., Controller], tmp_path: Path
+) -> None:
+    store = SqliteStore(tmp_path / "logs.db")
+    ctl = make_ctl(store=store, history=HistoryLimits(memory_log_lines=10))
+
+    def chatty(ctx: TaskContext) -> None:
+        for i in range(50):
+            print(f"line {i}")
+
+    h = ctl.submit(chatty)
+    h.wait(10)
+    # the kernel kept 10 lines while it ran; the store has all 50, and h.logs() says so
+    assert [r.line for r in h.logs()] == [f"line {i}" for i in range(50)]
+    assert [r.line for r in h.logs(limit=3)] == ["line 47", "line 48", "line 49"]
+    assert len(ctl._book.task(h.id).logs or ()) <= 10
+    store.close()  # the store cannot be read: the kernel's short tail answers, said so
+    lines = h.logs()
+    assert lines[0].stream == "dropped" and lines[0].line == "… 40 lines dropped"
+    assert [r.line for r in lines[1:]] == [f"line {i}" for i in range(40, 50)]
 
 
 def raise_huge(ctx: TaskContext) -> None:
