@@ -4,6 +4,7 @@ a sleep waits without a slot, and stop reaches it at once."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -50,22 +51,59 @@ CHILD = textwrap.dedent(
 )
 
 
-def _wake_in_store(db: Path, run_id: str) -> datetime | None:
+# the child: a pipeline whose second step has a delayed start, killed while it waits
+CHILD_DELAYED = textwrap.dedent(
+    """
+    import sys, time
+    import chongming_nb as cn
+
+    def extract():
+        return 21
+
+    def load(ctx):
+        return ctx.upstream("extract") * 2
+
+    ctl = cn.Controller(store=sys.argv[1], artifacts_root=sys.argv[2])
+    p = cn.Pipeline("nightly")
+    e = p.add(extract, name="extract")
+    p.add(load, name="load", deps=[e], delay=float(sys.argv[3]))
+    run = p.submit(ctl)
+    print(run.id, flush=True)
+    time.sleep(3600)
+    """
+)
+
+
+def _extracted(arts: Path, run_id: str) -> bool:
+    """Has the run's manifest recorded extract's success (so a resume restores it)?"""
+    manifest = arts / "pipelines" / run_id / "manifest.jsonl"
+    if not manifest.exists():
+        return False
+    lines = [json.loads(ln) for ln in manifest.read_text().splitlines() if ln.strip()]
+    return any(ln.get("event") == "succeeded" and ln.get("node") == "extract" for ln in lines)
+
+
+def _wake_in_store(db: Path, run_id: str, node: str) -> datetime | None:
     store = SqliteStore(db)
     try:
         rec = store.get_run(run_id)
     finally:
         store.close()
-    wake = (rec.spec.get("wakes") or {}).get("nap") if rec is not None else None
+    wake = (rec.spec.get("wakes") or {}).get(node) if rec is not None else None
     return None if wake is None else datetime.fromisoformat(wake)
 
 
-def test_kill_9_during_a_sleep_then_resume_wakes_at_the_original_time(tmp_path: Path) -> None:
+def _kill_9_once_stored(
+    tmp_path: Path, child_code: str, node: str, seconds: float
+) -> tuple[Path, Path, str, datetime]:
+    """Run ``child_code`` in a process, SIGKILL it once the store holds ``node``'s wake
+    time and extract's success is recorded; return the store, the artifacts folder, the
+    run id and that time."""
     db, arts = tmp_path / "tasks.db", tmp_path / "artifacts"
     script = tmp_path / "child.py"
-    script.write_text(CHILD)
+    script.write_text(child_code)
     child = subprocess.Popen(
-        [sys.executable, str(script), str(db), str(arts), "6"],
+        [sys.executable, str(script), str(db), str(arts), str(seconds)],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -75,9 +113,9 @@ def test_kill_9_during_a_sleep_then_resume_wakes_at_the_original_time(tmp_path: 
         assert run_id.startswith("run-"), run_id
         deadline = time.monotonic() + DEADLINE
         wake = None
-        while wake is None:  # an external process's store: poll it
-            assert time.monotonic() < deadline, "the sleep step never recorded its wake time"
-            wake = _wake_in_store(db, run_id)
+        while wake is None or not _extracted(arts, run_id):  # another process: poll
+            assert time.monotonic() < deadline, f"{node} never recorded its wake time"
+            wake = _wake_in_store(db, run_id, node)
             time.sleep(0.05)
         child.send_signal(signal.SIGKILL)
         child.wait(10)
@@ -86,6 +124,11 @@ def test_kill_9_during_a_sleep_then_resume_wakes_at_the_original_time(tmp_path: 
             child.kill()
             child.wait(10)
     assert wake - datetime.now(UTC) > timedelta(seconds=1), "killed too late to mean anything"
+    return db, arts, run_id, wake
+
+
+def test_kill_9_during_a_sleep_then_resume_wakes_at_the_original_time(tmp_path: Path) -> None:
+    db, arts, run_id, wake = _kill_9_once_stored(tmp_path, CHILD, "nap", 6)
 
     ran: dict[str, Any] = {}
 
@@ -111,6 +154,60 @@ def test_kill_9_during_a_sleep_then_resume_wakes_at_the_original_time(tmp_path: 
         started = ran["load_started"]
         assert abs((started - wake).total_seconds()) <= 1.0, (started, wake)
         assert run.result("nap") == wake.isoformat()
+    finally:
+        ctl.close()
+
+
+def test_kill_9_while_a_delayed_step_waits_then_resume_starts_it_at_the_original_time(
+    tmp_path: Path,
+) -> None:
+    db, arts, run_id, start_at = _kill_9_once_stored(tmp_path, CHILD_DELAYED, "load", 6)
+    ran: dict[str, Any] = {}
+
+    def extract() -> int:
+        ran["extract"] = True
+        return 0
+
+    def load(ctx: cn.TaskContext) -> int:
+        ran["load_started"] = datetime.now(UTC)
+        return int(ctx.upstream("extract")) * 2
+
+    ctl = cn.Controller(store=str(db), artifacts_root=arts)
+    try:
+        ctl.reconcile("fail")  # the dead kernel's tasks: lost (or cancelled: was scheduled)
+        p = Pipeline("nightly")
+        e = p.add(extract, name="extract")
+        p.add(load, name="load", deps=[e], delay=6)
+        run = p.submit(ctl, resume_from=run_id)
+        assert run.wait(DEADLINE) is R.SUCCEEDED, run.summary()["first_failure"]
+        assert "extract" not in ran, "a succeeded step ran again"
+        assert run.result("load") == 42
+        started = ran["load_started"]
+        # the time left, not the whole delay again from the resume
+        assert abs((started - start_at).total_seconds()) <= 1.0, (started, start_at)
+    finally:
+        ctl.close()
+
+
+def test_a_delayed_step_resumed_after_its_time_starts_at_once_and_a_restored_one_never_waits(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    ctl = cn.Controller(clock=clock, artifacts_root=tmp_path)
+    try:
+        p = Pipeline("later")
+        first = p.add(lambda: 1, name="first", delay=60)
+        p.add(lambda: 2, name="second", deps=[first], delay=120)
+        run = p.submit(ctl)
+        clock.advance(60)
+        assert poll_until(lambda: run.summary()["counts"].get("succeeded") == 1, DEADLINE)
+        run.stop()
+        assert run.wait(DEADLINE) is R.STOPPED
+        clock.advance(3600)  # both start times have passed
+        again = p.submit(ctl, resume_from=run.id)  # no advance: nothing waits
+        assert again.wait(DEADLINE) is R.SUCCEEDED
+        assert again.summary()["restored"] == ["first"]
+        assert again.result("second") == 2
     finally:
         ctl.close()
 

@@ -6,11 +6,13 @@ Every function here is called with the run's lock held."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from chongming_nb.control.pipeline._bodies import Expand, Gather, NodeCall, Restored, RunWhen
 from chongming_nb.control.pipeline._node import Node
+from chongming_nb.control.pipeline._record import append_manifest, save_record
 from chongming_nb.control.pipeline._resume import file_name
 from chongming_nb.control.pipeline._sleep import SleepBody, SleepStep
 from chongming_nb.control.pipeline._state import RunState, TaskInfo
@@ -149,6 +151,7 @@ def _create(
         retry=retry or spec.retry,
     )
     # the controller's intake room, with the run's options (submit() has none of them)
+    start = (None, None) if isinstance(call, Restored) else _start(run, node)  # done: no wait
     tid = run.ctl._intake.submit(
         call,
         args,
@@ -160,12 +163,30 @@ def _create(
         node=task_name,
         upstream_names=names,
         prepared=(final, isinstance(call, NodeCall)),  # Restored takes no ctx
+        start=start,
     )
     run._tasks[tid] = TaskInfo(node.name, role, tuple(after), index)
     for d in after:
         run._dependants.setdefault(d, []).append(tid)
     run._open += 1
     return tid
+
+
+def _start(run: RunState, node: Node) -> tuple[None, datetime | None]:
+    """When a delayed step (``delay=`` / ``not_before=``) may start: fixed the first time
+    the run creates one of its tasks (a map's expander, items and collector share it)
+    and written down at once, like a sleep step's wake time, so that a run resumed from
+    this one (``resume_from``, also after a crash) waits only for what is left."""
+    spec = node.spec
+    if spec.delay is None and spec.not_before is None:
+        return (None, None)
+    at = run._wakes.get(node.name)
+    if at is None:
+        at = spec.not_before or run._now() + timedelta(seconds=spec.delay or 0.0)
+        run._wakes[node.name] = at
+        append_manifest(run, {"event": "delayed", "node": node.name, "start_at": at.isoformat()})
+        save_record(run, force=True)
+    return (None, at)
 
 
 def expand(run: RunState, name: str, expander: str) -> None:

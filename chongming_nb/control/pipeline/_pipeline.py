@@ -125,7 +125,8 @@ class Pipeline:
         ``when(up)`` is true (``up[node]`` is an upstream result). ``compensate`` (or
         ``@task(compensate=...)``) undoes it on rollback and gets its output.
         ``delay=`` / ``not_before=``: the step's task starts no earlier than that many
-        seconds after the run creates it, or that time (see also ``sleep``)."""
+        seconds after the run creates it, or that time; the start time is stored with
+        the run, so ``resume_from`` waits only for what is left (see also ``sleep``)."""
         return self._add(
             fn, args, kwargs, deps, when=when, retry=retry, join=join, name=name,
             serializer=serializer, compensate=compensate, timeout=timeout, tags=tags,

@@ -36,7 +36,8 @@ class Previous:
     run_id: str
     outputs: dict[str, Path]  # node -> stored output (succeeded there)
     compensated: set[str]
-    wakes: dict[str, datetime] = field(default_factory=dict)  # sleep steps' wake times
+    # sleep steps' wake times, and delayed steps' start times
+    wakes: dict[str, datetime] = field(default_factory=dict)
 
 
 def artifacts_root(ctl: Controller) -> Path:
@@ -100,6 +101,8 @@ def load_previous(ctl: Controller, run_id: str) -> Previous:
                         compensated.add(rec_line["node"])
                     elif rec_line.get("event") == "sleep":
                         wakes[rec_line["node"]] = datetime.fromisoformat(rec_line["wake_at"])
+                    elif rec_line.get("event") == "delayed":
+                        wakes[rec_line["node"]] = datetime.fromisoformat(rec_line["start_at"])
     if not found:
         raise ConfigurationError(
             f"resume_from: unknown run {run_id!r} (not in this process, the store, or "

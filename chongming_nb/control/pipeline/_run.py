@@ -89,7 +89,9 @@ class PipelineRun:
         self._first_failure: str | None = None
         self._success_order: dict[str, None] = {}
         self._rollback = Rollback(self)
-        # sleep steps: node -> wake time, fixed when the step first started (or earlier run)
+        # node -> the time it waits until, fixed once (here or in the run resumed from):
+        # a sleep step's wake time (when it first started), a delayed step's start time
+        # (when the run first created its task)
         self._wakes: dict[str, datetime] = dict(previous.wakes) if previous else {}
         self._run_status = PipelineRunStatus.RUNNING
         self._published: PipelineRunStatus | None = None
