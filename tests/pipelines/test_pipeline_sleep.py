@@ -18,7 +18,7 @@ import pytest
 from pipe_helpers import DEADLINE
 
 import chongming_nb as cn
-from chongming_nb.control.pipeline import Pipeline, PipelineRunStatus
+from chongming_nb.control.pipeline import Pipeline, PipelineRun, PipelineRunStatus
 from chongming_nb.core.errors import ConfigurationError
 from chongming_nb.core.states import TaskStatus as S
 from chongming_nb.stores import SqliteStore
@@ -27,8 +27,8 @@ from chongming_nb.testing.executor_contract import poll_until
 
 R = PipelineRunStatus
 
-# the child: a pipeline whose sleep step is under way when the test kills the process
-CHILD = textwrap.dedent(
+# the child: a pipeline (extract, then STEPS) killed while it waits
+_CHILD = textwrap.dedent(
     """
     import sys, time
     import chongming_nb as cn
@@ -42,35 +42,21 @@ CHILD = textwrap.dedent(
     ctl = cn.Controller(store=sys.argv[1], artifacts_root=sys.argv[2])
     p = cn.Pipeline("nightly")
     e = p.add(extract, name="extract")
-    nap = p.sleep("nap", seconds=float(sys.argv[3]), deps=[e])
-    p.add(load, name="load", deps=[nap, e])
+    STEPS
     run = p.submit(ctl)
     print(run.id, flush=True)
     time.sleep(3600)
     """
 )
-
-
-# the child: a pipeline whose second step has a delayed start, killed while it waits
-CHILD_DELAYED = textwrap.dedent(
-    """
-    import sys, time
-    import chongming_nb as cn
-
-    def extract():
-        return 21
-
-    def load(ctx):
-        return ctx.upstream("extract") * 2
-
-    ctl = cn.Controller(store=sys.argv[1], artifacts_root=sys.argv[2])
-    p = cn.Pipeline("nightly")
-    e = p.add(extract, name="extract")
-    p.add(load, name="load", deps=[e], delay=float(sys.argv[3]))
-    run = p.submit(ctl)
-    print(run.id, flush=True)
-    time.sleep(3600)
-    """
+# ... its sleep step under way
+CHILD = _CHILD.replace(
+    "STEPS",
+    'nap = p.sleep("nap", seconds=float(sys.argv[3]), deps=[e])\n'
+    'p.add(load, name="load", deps=[nap, e])',
+)
+# ... its second step waiting for a delayed start
+CHILD_DELAYED = _CHILD.replace(
+    "STEPS", 'p.add(load, name="load", deps=[e], delay=float(sys.argv[3]))'
 )
 
 
@@ -127,41 +113,11 @@ def _kill_9_once_stored(
     return db, arts, run_id, wake
 
 
-def test_kill_9_during_a_sleep_then_resume_wakes_at_the_original_time(tmp_path: Path) -> None:
-    db, arts, run_id, wake = _kill_9_once_stored(tmp_path, CHILD, "nap", 6)
-
-    ran: dict[str, Any] = {}
-
-    def extract() -> int:
-        ran["extract"] = True
-        return 0
-
-    def load(ctx: cn.TaskContext) -> int:
-        ran["load_started"] = datetime.now(UTC)
-        return int(ctx.upstream("extract")) * 2
-
-    ctl = cn.Controller(store=str(db), artifacts_root=arts)
-    try:
-        ctl.reconcile("fail")  # the dead kernel's tasks: lost
-        p = Pipeline("nightly")
-        e = p.add(extract, name="extract")
-        nap = p.sleep("nap", seconds=6, deps=[e])
-        p.add(load, name="load", deps=[nap, e])
-        run = p.submit(ctl, resume_from=run_id)
-        assert run.wait(DEADLINE) is R.SUCCEEDED, run.summary()["first_failure"]
-        assert "extract" not in ran, "a succeeded step ran again"
-        assert run.result("load") == 42  # extract's stored output fed it
-        started = ran["load_started"]
-        assert abs((started - wake).total_seconds()) <= 1.0, (started, wake)
-        assert run.result("nap") == wake.isoformat()
-    finally:
-        ctl.close()
-
-
-def test_kill_9_while_a_delayed_step_waits_then_resume_starts_it_at_the_original_time(
-    tmp_path: Path,
-) -> None:
-    db, arts, run_id, start_at = _kill_9_once_stored(tmp_path, CHILD_DELAYED, "load", 6)
+def _resume_after_the_kill(
+    db: Path, arts: Path, run_id: str, wake: datetime, delayed: bool
+) -> PipelineRun:
+    """The same pipeline on a new controller over the dead one's store, resumed from its
+    run: extract is restored (not run), load starts within 1 s of ``wake``."""
     ran: dict[str, Any] = {}
 
     def extract() -> int:
@@ -177,16 +133,34 @@ def test_kill_9_while_a_delayed_step_waits_then_resume_starts_it_at_the_original
         ctl.reconcile("fail")  # the dead kernel's tasks: lost (or cancelled: was scheduled)
         p = Pipeline("nightly")
         e = p.add(extract, name="extract")
-        p.add(load, name="load", deps=[e], delay=6)
+        if delayed:
+            p.add(load, name="load", deps=[e], delay=6)
+        else:
+            nap = p.sleep("nap", seconds=6, deps=[e])
+            p.add(load, name="load", deps=[nap, e])
         run = p.submit(ctl, resume_from=run_id)
         assert run.wait(DEADLINE) is R.SUCCEEDED, run.summary()["first_failure"]
         assert "extract" not in ran, "a succeeded step ran again"
-        assert run.result("load") == 42
+        assert run.result("load") == 42  # extract's stored output fed it
         started = ran["load_started"]
-        # the time left, not the whole delay again from the resume
-        assert abs((started - start_at).total_seconds()) <= 1.0, (started, start_at)
+        # the time left, not the whole wait again from the resume
+        assert abs((started - wake).total_seconds()) <= 1.0, (started, wake)
+        return run
     finally:
         ctl.close()
+
+
+def test_kill_9_during_a_sleep_then_resume_wakes_at_the_original_time(tmp_path: Path) -> None:
+    db, arts, run_id, wake = _kill_9_once_stored(tmp_path, CHILD, "nap", 6)
+    run = _resume_after_the_kill(db, arts, run_id, wake, delayed=False)
+    assert run.result("nap") == wake.isoformat()
+
+
+def test_kill_9_while_a_delayed_step_waits_then_resume_starts_it_at_the_original_time(
+    tmp_path: Path,
+) -> None:
+    db, arts, run_id, start_at = _kill_9_once_stored(tmp_path, CHILD_DELAYED, "load", 6)
+    _resume_after_the_kill(db, arts, run_id, start_at, delayed=True)
 
 
 def test_a_delayed_step_resumed_after_its_time_starts_at_once_and_a_restored_one_never_waits(
