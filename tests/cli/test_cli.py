@@ -21,15 +21,15 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from chongming_nb.cli.main import (
+from chongming_nb.cli.common import (
     EXIT_ILLEGAL,
     EXIT_OK,
     EXIT_STORE,
     EXIT_TIMEOUT,
     EXIT_USAGE,
     clean,
-    main,
 )
+from chongming_nb.cli.main import main
 from chongming_nb.core.models import (
     AttemptRecord,
     CommandState,

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from chongming_nb.cli import common as cli_common
+from chongming_nb.cli import control as cli_control
 from chongming_nb.cli import main as cli_main
-from chongming_nb.cli.main import (
+from chongming_nb.cli.common import (
     EXIT_ILLEGAL,
     EXIT_INTERNAL,
     EXIT_OK,
@@ -23,8 +25,8 @@ from chongming_nb.cli.main import (
     EXIT_TIMEOUT,
     EXIT_USAGE,
     EXIT_VERIFY,
-    main,
 )
+from chongming_nb.cli.main import main
 from chongming_nb.core.errors import StoreError
 from chongming_nb.core.models import TaskSnapshot
 from chongming_nb.core.state_machine import StateMachine
@@ -293,7 +295,7 @@ def _documented_exit_codes(repo_root: Path) -> dict[int, str]:
 def test_every_documented_exit_code_is_a_constant(repo_root: Path) -> None:
     documented = _documented_exit_codes(repo_root)
     constants = {
-        v: k for k, v in vars(cli_main).items() if k.startswith("EXIT_") and isinstance(v, int)
+        v: k for k, v in vars(cli_common).items() if k.startswith("EXIT_") and isinstance(v, int)
     }
     assert sorted(documented) == sorted(constants) == [0, 1, 2, 3, 4, 5, 6]
 
@@ -372,7 +374,7 @@ def test_wait_re_reads_the_command_before_reporting_a_timeout(
                 )
         return now
 
-    monkeypatch.setattr(cli_main, "time", SimpleNamespace(monotonic=monotonic, sleep=None))
+    monkeypatch.setattr(cli_control, "time", SimpleNamespace(monotonic=monotonic, sleep=None))
     try:
         code, out, err = run("--store", str(db), "pause", "ok1", "--wait", "1")
         assert code == EXIT_OK, err

@@ -21,17 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from chongming_nb.cli.main import (
-    _SUBCOMMANDS,
-    EXIT_USAGE,
-    CliError,
-    _new_command_id,
-    _terminal_columns,
-    _user,
-    build_parser,
-    main,
-    parse_args,
-)
+from chongming_nb.cli.common import EXIT_USAGE, CliError
+from chongming_nb.cli.control import _new_command_id, _user
+from chongming_nb.cli.main import main
+from chongming_nb.cli.parser import _SUBCOMMANDS, _terminal_columns, build_parser, parse_args
 from chongming_nb.core.models import CommandState, TaskSnapshot
 from chongming_nb.core.states import TaskStatus
 from chongming_nb.stores import SqliteStore

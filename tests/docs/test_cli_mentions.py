@@ -7,7 +7,7 @@ import argparse
 import re
 from pathlib import Path
 
-from chongming_nb.cli.main import build_parser
+from chongming_nb.cli.parser import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
