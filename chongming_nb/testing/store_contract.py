@@ -148,47 +148,8 @@ def ids(snaps: list[TaskSnapshot]) -> list[str]:
     return [s.task_id for s in snaps]
 
 
-class StoreContract:
-    """The contract cases. ``cases()`` lists them; ``run(name)`` runs one."""
-
-    def __init__(
-        self,
-        factory: Callable[[], TaskStore],
-        dispose: Callable[[TaskStore], None] | None = None,
-    ) -> None:
-        self.factory = factory
-        self.dispose = dispose
-
-    @classmethod
-    def cases(cls) -> list[str]:
-        return sorted(n for n in dir(cls) if n.startswith("case_"))
-
-    def run(self, name: str) -> None:
-        if name not in self.cases():
-            raise ValueError(f"no contract case {name!r}")
-        store = self.factory()
-        try:
-            getattr(self, name)(store)
-        finally:
-            try:
-                store.close()
-            finally:
-                if self.dispose is not None:
-                    self.dispose(store)
-
-    def run_all(self) -> None:
-        failures: list[str] = []
-        for name in self.cases():
-            try:
-                self.run(name)
-            except Exception as exc:
-                failures.append(f"{name}: {type(exc).__name__}: {exc}")
-        if failures:
-            raise AssertionError(
-                f"{len(failures)} store contract case(s) failed:\n" + "\n".join(failures)
-            )
-
-    # ================================================================ snapshots
+class SnapshotCases:
+    """Contract cases: create, get, save with an expected version, save_many as one transaction."""
 
     def case_identity(self, store: TaskStore) -> None:
         expect(isinstance(store.url, str) and bool(store.url), "url is a non-empty string")
@@ -300,7 +261,9 @@ class StoreContract:
         store.save_many(many)
         expect_eq(store.counts()[S.PENDING], 300, "a large batch lands")
 
-    # ================================================================== queries
+
+class QueryCases:
+    """Contract cases: query filters, keyset pages, counts, purge."""
 
     def _seed_query(self, store: TaskStore) -> None:
         rows = [
@@ -436,7 +399,10 @@ class StoreContract:
         c2 = store.counts(TaskQuery(pipeline_run_id="r1", limit=1))
         expect_eq(sum(c2.values()), 2, "counts honour filters, ignore limit")
 
-    # ================================================================== history
+
+class HistoryCases:
+    """Contract cases: transitions, attempts, logs and their trimming, events, and the
+    touch side channel."""
 
     def case_history_append_only_idempotent(self, store: TaskStore) -> None:
         store.append(transition("h", 2, S.STARTING, from_status=S.QUEUED))
@@ -564,7 +530,10 @@ class StoreContract:
                    expect_version=3)  # fmt: skip
         expect_eq(store.get("t").status_version, 4, "a save after touches still works")  # type: ignore[union-attr]
 
-    # ================================================================ commands
+
+class CommandCases:
+    """Contract cases: the command queue and its claims, concurrent writers, owners and
+    pipeline runs."""
 
     def case_commands_lifecycle(self, store: TaskStore) -> None:
         c1 = Command("c1", "t1", "stop", {"graceful": True}, actor="cli:me", created_at=at(0))
@@ -705,7 +674,9 @@ class StoreContract:
         expect_eq([r.run_id for r in store.list_runs()], ["r2", "r1"], "newest first")
         expect_eq([r.run_id for r in store.list_runs(limit=1)], ["r2"], "limit")
 
-    # ===================================================================== ops
+
+class OperationCases:
+    """Contract cases: pruning, JSON fidelity, close."""
 
     def case_prune_keeps_history(self, store: TaskStore) -> None:
         terminal = [S.SUCCEEDED, S.FAILED, S.STOPPED, S.CANCELLED, S.SKIPPED, S.LOST]
@@ -755,3 +726,45 @@ class StoreContract:
         store.close()
         store.close()  # idempotent
         expect_raises(StoreError, lambda: store.get("c"), "use after close")
+
+
+class StoreContract(SnapshotCases, QueryCases, HistoryCases, CommandCases, OperationCases):
+    """The contract cases (one base class per concern). ``cases()`` lists them;
+    ``run(name)`` runs one, ``run_all()`` every one."""
+
+    def __init__(
+        self,
+        factory: Callable[[], TaskStore],
+        dispose: Callable[[TaskStore], None] | None = None,
+    ) -> None:
+        self.factory = factory
+        self.dispose = dispose
+
+    @classmethod
+    def cases(cls) -> list[str]:
+        return sorted(n for n in dir(cls) if n.startswith("case_"))
+
+    def run(self, name: str) -> None:
+        if name not in self.cases():
+            raise ValueError(f"no contract case {name!r}")
+        store = self.factory()
+        try:
+            getattr(self, name)(store)
+        finally:
+            try:
+                store.close()
+            finally:
+                if self.dispose is not None:
+                    self.dispose(store)
+
+    def run_all(self) -> None:
+        failures: list[str] = []
+        for name in self.cases():
+            try:
+                self.run(name)
+            except Exception as exc:
+                failures.append(f"{name}: {type(exc).__name__}: {exc}")
+        if failures:
+            raise AssertionError(
+                f"{len(failures)} store contract case(s) failed:\n" + "\n".join(failures)
+            )
