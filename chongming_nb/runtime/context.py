@@ -115,13 +115,14 @@ class TaskContext:
 
     def sleep(self, seconds: float) -> None:
         """Wait ``seconds`` as a task that gives its place away: under a controller's
-        thread executor the task releases its concurrency slot while it sleeps (another
-        task may run) and no idle timeout counts the sleep. A stop ends the sleep at once
-        (TaskCancelled: the task ends STOPPED); a pause too (the task pauses; after its
-        resume it sleeps until the sleep's original end, not at all if that has passed).
+        thread or process executor the task releases its concurrency slot while it
+        sleeps (another task may run; on processes, in another child) and no idle
+        timeout counts the sleep. A stop ends the sleep at once (TaskCancelled: the task
+        ends STOPPED); a pause too (the task pauses; after its resume it sleeps until the
+        sleep's original end, not at all if that has passed).
 
-        Elsewhere (process, dask) the task sleeps where it is, holding its slot, and
-        still answers stop, pause and liveness checks within a second."""
+        On dask the task sleeps where it is, holding its slot (and its worker thread),
+        and still answers stop, pause and liveness checks within a second."""
         seconds = check_seconds("ctx.sleep seconds", seconds)
         if seconds is None:
             raise ConfigurationError("ctx.sleep seconds must be a number of seconds, got None")

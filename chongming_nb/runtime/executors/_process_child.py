@@ -3,10 +3,11 @@ another until it is told to exit, dies, or an attempt leaves it unfit for reuse.
 
 Protocol (parent -> child, ``conn.send``): ``("run", payload, sys_path, cwd)`` starts an
 attempt (``payload`` is the pickled ExecutionRequest, unpickled here so that a task that
-cannot load fails as a task); ``("ack", seq, ok)`` answers a pause question;
-``("exit",)`` ends the process. Child -> parent (``send_bytes`` of pickled tuples, one
-lock: the task thread and the mirror thread both write): started, progress, beat, log,
-emit, pause, resumed, and last ``("finished", wire, reusable, module_files)``.
+cannot load fails as a task); ``("ack", seq, ok)`` answers a pause question and
+``("woke", seq, left)`` ends a ``ctx.sleep``; ``("exit",)`` ends the process. Child ->
+parent (``send_bytes`` of pickled tuples, one lock: the task thread and the mirror thread
+both write): started, progress, beat, log, emit, pause, sleep, resumed, and last
+``("finished", wire, reusable, module_files)``.
 
 Invariants:
 
@@ -89,6 +90,27 @@ class _ChildReporter(ChannelReporter):
                 continue  # a stale answer to an earlier question
             if self._stop_ev.is_set():
                 return False
+
+    def sleep(self, seconds: float, token: CancellationToken) -> float:
+        """``ctx.sleep`` in the child: the controller frees the task's slot meanwhile
+        (another task may start, in another child) and answers ``("woke", seq, left)``
+        when the sleep ends: at its time, or at a pause once the task has a slot again.
+        A stop ends it here at once. The mirror thread keeps sending heartbeats (a
+        sleeping task is alive). Returns the seconds the controller says are left."""
+        self.flush_progress()
+        seq = next(self._pause_seq)
+        self._send(("sleep", seq, seconds))
+        token.sleeping = True
+        try:
+            while not self._stop_ev.is_set():
+                if self._conn.poll(0.05):
+                    msg = self._conn.recv()
+                    if msg[0] == "woke" and msg[1] == seq:
+                        return float(msg[2])
+                    # a stale answer to an earlier question
+            return seconds
+        finally:
+            token.sleeping = False
 
 
 def _mirror(

@@ -45,6 +45,7 @@ partial side effects are possible.
 from __future__ import annotations
 
 import contextlib
+import logging
 import multiprocessing
 import os
 import pickle
@@ -80,6 +81,8 @@ from chongming_nb.runtime.executors.base import (
     Reporter,
     StopVerdict,
 )
+
+log = logging.getLogger("chongming_nb.executors")
 
 #: Idle warm children are retired after this many seconds without an attempt.
 IDLE_TIMEOUT = 60.0
@@ -124,6 +127,7 @@ class ProcessHandle:
         self.started = False
         self.finished = threading.Event()
         self.exit_code: int | None = None
+        self._sleeper: threading.Thread | None = None  # waits out a ctx.sleep
         self._reader = threading.Thread(
             target=self._read_loop, name=f"chongming-proc-reader-{self.pid}", daemon=True
         )
@@ -154,12 +158,14 @@ class ProcessHandle:
             c.wake_ev.set()
 
     def request_pause(self) -> None:
+        self.token.request_pause()  # ends a ctx.sleep the parent waits out for the child
         with self._lock:
             if not self._released:
                 self.child.pause_ev.set()
                 self.child.wake_ev.set()
 
     def resume(self) -> None:
+        self.token.resume()
         with self._lock:
             if not self._released:
                 self.child.pause_ev.clear()
@@ -187,6 +193,22 @@ class ProcessHandle:
         with self._send_lock, contextlib.suppress(OSError):
             self._conn.send(msg)
 
+    def _sleep(self, seq: int, seconds: float) -> None:
+        """The child's ``ctx.sleep``, waited out here on the parent's token: the
+        controller's Reporter frees the slot and wakes it by its timer, a stop or a
+        pause (taking a slot again unless stopped); then the child hears "woke"."""
+        left = 0.0
+        try:
+            sleep = getattr(self._reporter, "sleep", None)
+            if sleep is not None:
+                left = float(sleep(seconds, self.token))
+            else:  # a Reporter without a controller behind it: just wait
+                self.token.sleep(seconds)
+        except Exception:
+            log.exception("ctx.sleep of the task in process %s failed", self.pid)
+        finally:
+            self._answer(("woke", seq, left))
+
     def _read_loop(self) -> None:
         end: tuple[Any, ...] | None = None
         reporter = self._reporter
@@ -208,6 +230,14 @@ class ProcessHandle:
                     continue
                 if kind == "finished":
                     end = msg
+                elif kind == "sleep":
+                    self._sleeper = threading.Thread(
+                        target=self._sleep,
+                        args=(msg[1], float(msg[2])),
+                        name=f"chongming-proc-sleep-{self.pid}",
+                        daemon=True,
+                    )
+                    self._sleeper.start()
                 elif kind == "pause":
                     ok = False
                     # a failure on the controller's side means "do not pause"; the reader
@@ -224,6 +254,12 @@ class ProcessHandle:
                     with contextlib.suppress(Exception):
                         deliver(msg, reporter, self.token)
         finally:
+            sleeper = self._sleeper
+            if sleeper is not None and sleeper.is_alive():
+                # the child is gone mid-sleep (killed, crashed): end the wait, which
+                # then takes no slot, before the controller hears of the end
+                self.token.request_stop("the attempt ended")
+                sleeper.join(5.0)
             outcome = self._end(end)
             self.token.paused = False
             self.finished.set()
