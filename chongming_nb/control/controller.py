@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from chongming_nb.control import display
 from chongming_nb.control.admission import Admission, concurrency_policy
 from chongming_nb.control.attempts import Attempts
 from chongming_nb.control.book import TaskBook, TaskEntry
@@ -130,15 +131,8 @@ class Controller:
         self.registry: TaskRegistry = self._intake.registry
         self._queries = queries = Queries(book, attempts)
         self._verbs = Verbs(book, admission, deps, attempts, launcher, timers, queries)
-        self._dispatcher = Dispatcher(
-            book,
-            timers,
-            admission,
-            deps,
-            attempts,
-            launcher,
-            leases.safe_tick if leases is not None else None,
-        )
+        tick = leases.safe_tick if leases is not None else None
+        self._dispatcher = Dispatcher(book, timers, admission, deps, attempts, launcher, tick)
         self._life = Lifecycle(
             book, bus, attempts, self._verbs, queries, launcher, self._dispatcher, self._link, owner
         )
@@ -490,7 +484,7 @@ class Controller:
         ``subscriber_failures`` and never affects a task."""
         return self._bus.subscribe(callback, filter)
 
-    def add_hook(self, hook: Any) -> None:
+    def add_hook(self, hook: object) -> None:
         """Lifecycle plugin: an object with any of on_start, on_success, on_failure,
         on_retry, on_cancel (each gets the event). Failures are isolated and counted."""
         self._bus.add_hook(hook)
@@ -583,20 +577,14 @@ class Controller:
 
     def board(self, **filters: Any) -> Any:
         """A live table of tasks (a widget) for the notebook."""
-        from chongming_nb.control import display
-
         return display.board(self, **filters)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Any:
-        from chongming_nb.control import display
-
         return display.bundle(self, self, kind="board", title="tasks")
 
     def _ipython_display_(self) -> None:
         """``ctl`` as a cell's value: the live board, in an output kept up to date (its
         saved snapshot is rewritten as tasks change status, like a handle's)."""
-        from chongming_nb.control import display
-
         display.show(self, self, kind="board", title="tasks")
 
     def __repr__(self) -> str:
