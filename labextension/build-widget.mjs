@@ -1,10 +1,11 @@
 // Bundle the notebook widget's front end (src/widget.ts + the shared row module + the
 // generated contract) into the ESM and CSS the Python package ships as
-// chongming_nb/notebook/static/widget.{js,css}. Offline: esbuild is a local devDependency.
+// chongming_nb/notebook/static/widget.{js,css}: git-ignored build outputs, written by
+// `jlpm build` (scripts/build_labextension.sh, and the wheel's build hook in
+// pyproject.toml). Offline: esbuild is a local devDependency.
 //
-// The first lines of each output name its inputs and their hash;
-// tests/notebook/test_nb_front_end.py recomputes it, so a change of a source without a
-// rebuild fails the tests (node is not needed to check).
+// The first lines of each output name its inputs and their hash (tests/test_install.py
+// reads them in the installed package).
 import { build } from 'esbuild';
 import { createHash } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';

@@ -6,12 +6,11 @@
 #      package.json / yarn.lock (the npm registry is only needed then).
 #   2. Build: `tsc`, the notebook widget's bundle (`node build-widget.mjs`: esbuild writes
 #      chongming_nb/notebook/static/widget.{js,css} from src/widget.ts, the shared row
-#      module and style/row.css; committed, and checked fresh by
-#      tests/notebook/test_nb_front_end.py) and `jupyter-builder build` (@jupyter/builder,
-#      rspack), skipped when the stamp (a hash of labextension/src, style, package.json,
-#      yarn.lock, tsconfig, .yarnrc.yml, build-widget.mjs and this script) matches the
-#      last successful build and the output exists. CHONGMING_FORCE_LABEXTENSION=1
-#      rebuilds anyway.
+#      module and style/row.css; a git-ignored build output, like the extension, which the
+#      wheel ships) and `jupyter-builder build` (@jupyter/builder, rspack), skipped when
+#      the stamp (a hash of labextension/src, style, package.json, yarn.lock, tsconfig,
+#      .yarnrc.yml, build-widget.mjs and this script) matches the last successful build
+#      and every output exists. CHONGMING_FORCE_LABEXTENSION=1 rebuilds anyway.
 #   3. Editable installs: the wheel's data files (share/jupyter/labextensions/chongming-nb
 #      and etc/jupyter/jupyter_server_config.d/chongming_nb.json) were copied into the venv
 #      when it was installed, possibly before this build; the copy is refreshed whenever it
@@ -30,6 +29,7 @@ STAMP="$EXT/node_modules/.chongming-build-stamp"
 NAME="chongming-nb"
 SERVER_CONFIG="$ROOT/chongming_nb/server/config/chongming_nb.json"
 SELF="$ROOT/scripts/build_labextension.sh"
+WIDGET="$ROOT/chongming_nb/notebook/static"
 
 log() { echo "[labextension] $*" >&2; }
 
@@ -63,17 +63,19 @@ fi
 # --- 2. build -----------------------------------------------------------------------------
 hash="$(source_hash)"
 if [[ "${CHONGMING_FORCE_LABEXTENSION:-}" != 1 && -f "$STAMP" && -f "$OUT/package.json" &&
-    "$(cat "$STAMP")" == "$hash" ]]; then
+    -f "$WIDGET/widget.js" && -f "$WIDGET/widget.css" && "$(cat "$STAMP")" == "$hash" ]]; then
     log "up to date ($hash)"
 else
     log "building (tsc + widget bundle + jupyter-builder build)"
     jlpm run build:lib
     jlpm run build:widget
     jupyter-builder build . >&2
-    [[ -f "$OUT/package.json" ]] || {
-        log "build produced no $OUT/package.json"
-        exit 1
-    }
+    for built in "$OUT/package.json" "$WIDGET/widget.js" "$WIDGET/widget.css"; do
+        [[ -f "$built" ]] || {
+            log "build produced no $built"
+            exit 1
+        }
+    done
     echo "$hash" >"$STAMP"
     log "built into $OUT"
 fi

@@ -127,7 +127,8 @@ meta = json.loads(pathlib.Path("labextension/package.json").read_text())
 print(pathlib.Path("labextension", meta.get("jupyterlab", {}).get("outputDir", "")))
 ')"
     if [[ "${CHONGMING_FORCE_SETUP:-}" == 1 || ! -f "$STAMPS/labextension-$(ext_key)" ||
-        ! -f "$ext_out/package.json" ]]; then
+        ! -f "$ext_out/package.json" || ! -f chongming_nb/notebook/static/widget.js ||
+        ! -f chongming_nb/notebook/static/widget.css ]]; then
         log "building the JupyterLab extension (scripts/build_labextension.sh)"
         CHONGMING_VENV="$VENV" bash scripts/build_labextension.sh
         rm -f "$STAMPS"/labextension-*

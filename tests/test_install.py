@@ -3,7 +3,9 @@ library, the JupyterLab extension and the server extension, with no other step."
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -73,3 +75,49 @@ def test_a_task_runs_from_the_installed_package(installed: Path, tmp_path: Path)
     assert report["status"].lower().endswith("succeeded")
     # the installed copy, not the checkout
     assert str(installed) in report["file"], report["file"]
+
+
+def _stamp(text: str) -> tuple[list[str], str]:
+    inputs = re.search(r"^ \* inputs: (.+)$", text, re.M)
+    digest = re.search(r"^ \* sha256: ([0-9a-f]{32})$", text, re.M)
+    assert inputs and digest, "the bundle has no inputs/sha256 header"
+    return inputs.group(1).split(), digest.group(1)
+
+
+def _hash(files: list[str]) -> str:
+    h = hashlib.sha256()
+    for f in sorted(files):
+        h.update(f.encode())
+        h.update(b"\0")
+        h.update((ROOT / "labextension" / f).read_bytes())
+        h.update(b"\0")
+    return h.hexdigest()[:32]
+
+
+def test_the_installed_package_carries_the_widget_bundle_built_from_the_sources(
+    installed: Path, tmp_path: Path
+) -> None:
+    """The notebook widget's bundle is a git-ignored build output: the wheel's build
+    (pyproject.toml's jupyter-builder hook) must put it in the package, built from the
+    checkout's row module and contract."""
+    out = _run(
+        [
+            str(installed / "bin" / "python"),
+            "-c",
+            "import chongming_nb.notebook.widget as w, json; "
+            "print(json.dumps([str(w._STATIC), w.__file__, w.TaskTable._esm == w.UNBUILT_ESM]))",
+        ],
+        cwd=tmp_path,  # the installed copy, not the checkout
+    )
+    static, module, unbuilt = json.loads(out.stdout.strip().splitlines()[-1])
+    assert str(installed) in module and not unbuilt
+    js = (Path(static) / "widget.js").read_text(encoding="utf-8")
+    css = (Path(static) / "widget.css").read_text(encoding="utf-8")
+    files, digest = _stamp(js)
+    assert {"src/widget.ts", "src/row.ts", "src/format.ts", "src/contract.ts"} <= set(files)
+    assert _hash(files) == digest, f"the installed widget.js is older than {files}"
+    css_files, css_digest = _stamp(css)
+    assert "style/row.css" in css_files and _hash(css_files) == css_digest
+    from chongming_nb.notebook import schema
+
+    assert f'SCHEMA_HASH = "{schema.schema_hash()}"' in js

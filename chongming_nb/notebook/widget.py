@@ -51,6 +51,26 @@ log = logging.getLogger("chongming_nb.notebook")
 
 _STATIC = Path(__file__).parent / "static"
 
+#: What a table shows when its front end was never built (a checkout installed without
+#: the labextension build): the reason and the way out, instead of an import error.
+UNBUILT_ESM = """\
+export default {
+  render({ el }) {
+    el.textContent = "chongming_nb: the task widget's front end " +
+      "(chongming_nb/notebook/static/widget.js) is not built: run " +
+      "scripts/build_labextension.sh (it needs Node), or install a built package";
+  }
+};
+"""
+
+
+def front_end(static: Path, name: str, unbuilt: str) -> Path | str:
+    """The built front-end file ``static/name`` (a git-ignored build output of
+    ``labextension/build-widget.mjs``), or ``unbuilt`` when it was never built."""
+    path = static / name
+    return path if path.is_file() else unbuilt
+
+
 #: Log lines a "detail" request returns at most.
 DETAIL_LOG_LIMIT = 500
 
@@ -245,8 +265,8 @@ class TaskTable(anywidget.AnyWidget):
     """A live table of tasks: a single task (``kind="task"``), a pipeline run (``"run"``)
     or a board (``"board"``). One model, whatever the number of rows."""
 
-    _esm = _STATIC / "widget.js"
-    _css = _STATIC / "widget.css"
+    _esm = front_end(_STATIC, "widget.js", UNBUILT_ESM)
+    _css = front_end(_STATIC, "widget.css", "")
 
     schema = traitlets.Dict().tag(sync=True)
     kind = traitlets.Unicode("board").tag(sync=True)

@@ -14,7 +14,7 @@ from chongming_nb.core.state_machine import CONTROL_VERBS
 from chongming_nb.core.states import TaskStatus
 from chongming_nb.notebook import schema as S
 
-STATIC = Path(S.__file__).parent / "static"
+EXT = Path(__file__).resolve().parents[2] / "labextension"
 
 
 def test_statuses_and_verbs_come_from_the_core() -> None:
@@ -109,7 +109,8 @@ def test_fuzzed_messages_raise_only_schema_error(msg: object) -> None:
 
 
 def test_css_knows_tones_not_statuses() -> None:
-    css = (STATIC / "widget.css").read_text()
+    # the widget's css is bundled from these two (labextension/build-widget.mjs)
+    css = "".join((EXT / "style" / f).read_text() for f in ("widget.css", "row.css"))
     for status in S.STATUSES:
         assert f"tone-{status}" not in css
         assert f'"{status}"' not in css
@@ -117,8 +118,10 @@ def test_css_knows_tones_not_statuses() -> None:
         assert f".cm-tone-{tone}" in css
 
 
-def test_widget_js_never_uses_inner_html() -> None:
-    js = (STATIC / "widget.js").read_text()
+def test_the_front_end_never_uses_inner_html() -> None:
+    # what the widget's bundle is built from (labextension/build-widget.mjs)
+    sources = ("widget.ts", "row.ts", "format.ts", "contract.ts")
+    js = "".join((EXT / "src" / f).read_text() for f in sources)
     for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("):
         assert sink not in js
 
