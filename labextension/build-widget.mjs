@@ -8,7 +8,7 @@
 // reads them in the installed package).
 import { build } from 'esbuild';
 import { createHash } from 'node:crypto';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { relative } from 'node:path';
 
 const here = new URL('.', import.meta.url).pathname;
@@ -48,5 +48,7 @@ async function bundle(entry, target, options) {
   console.error(`[widget] ${target}: ${files.length} inputs, ${hash}`);
 }
 
+// the folder holds only build outputs: a fresh checkout does not have it
+mkdirSync(out, { recursive: true });
 await bundle('src/widget.ts', 'widget.js', { format: 'esm', target: 'es2020' });
 await bundle('style/widget.css', 'widget.css', { loader: { '.css': 'css' } });
