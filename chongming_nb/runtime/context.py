@@ -20,7 +20,7 @@ from chongming_nb.core.validation import check_seconds
 from chongming_nb.runtime.cancellation import CancellationToken
 
 if TYPE_CHECKING:
-    from chongming_nb.runtime.executors.base import Reporter
+    from chongming_nb.runtime.reporting import Reporter
 
 T = TypeVar("T")
 

@@ -26,7 +26,6 @@ from chongming_nb.core.models import Command, CommandState, TaskSnapshot
 from chongming_nb.core.state_machine import CONTROL_VERBS
 from chongming_nb.core.states import TaskStatus
 from chongming_nb.server.contract import API_NAMESPACE, FEED_MAX_WAIT_S
-from chongming_nb.server.extension import SETTINGS_KEY, ServerState
 from chongming_nb.server.serialize import (
     command_info,
     owner_row,
@@ -34,6 +33,7 @@ from chongming_nb.server.serialize import (
     task_detail,
     task_rows,
 )
+from chongming_nb.server.state import SETTINGS_KEY, ServerState
 from chongming_nb.stores.protocol import OwnerRecord, TaskQuery
 
 #: Ids the API accepts (task, command, kernel): printable, no slashes, bounded.

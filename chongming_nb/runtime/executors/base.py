@@ -21,46 +21,7 @@ from chongming_nb.core.errors import TaskCancelled
 from chongming_nb.runtime.cancellation import CancellationToken
 from chongming_nb.runtime.context import TaskContext
 from chongming_nb.runtime.output import capture
-
-
-class Reporter(Protocol):
-    """The controller's ear for one attempt. Every method may be called from any thread."""
-
-    def started(self, pid: int | None = None) -> None: ...
-
-    def progress(
-        self, done: float | None, total: float | None, unit: str | None, message: str | None
-    ) -> None: ...
-
-    def emit(self, kind: str, payload: Any) -> None: ...
-
-    def log(self, stream: str, line: str, level: str | None) -> None: ...
-
-    def pause_reached(self) -> bool: ...
-
-    def resumed(self) -> None: ...
-
-    def heartbeat(self) -> None: ...
-
-    def upstream(self, key: Any) -> Any: ...
-
-    def finished(self, outcome: Outcome) -> None: ...
-
-
-OutcomeKind = Literal["succeeded", "failed", "cancelled", "crashed"]
-
-
-@dataclass(slots=True)
-class Outcome:
-    """How an attempt ended, as seen by the executor."""
-
-    kind: OutcomeKind
-    value: Any = None
-    exception: BaseException | None = None
-    traceback: str | None = None
-    message: str | None = None
-    exit_code: int | None = None
-    exception_type: str | None = None
+from chongming_nb.runtime.reporting import Outcome, Reporter
 
 
 @dataclass(slots=True)
