@@ -16,7 +16,7 @@ from enum import Enum
 from typing import Any, TextIO
 
 from chongming_nb.core.errors import StoreError
-from chongming_nb.core.models import TaskSnapshot
+from chongming_nb.core.models import TaskSnapshot, start_text, start_time
 from chongming_nb.core.states import TaskStatus
 from chongming_nb.stores import TaskStore, default_store_path, open_store
 from chongming_nb.stores._target import parse_target, redact
@@ -130,11 +130,20 @@ _STREAM_PAGE = 1000
 _PS_HEADER = ("ID", "NAME", "STATUS", "ATTEMPT", "PROGRESS", "CREATED", "OWNER")
 
 
+def _status(s: TaskSnapshot) -> str:
+    """The status, and for a delayed start when it starts: "blocked, starts at 14:05 UTC
+    (in 3m)"."""
+    at = start_time(s)
+    if at is None:
+        return s.status.value
+    return f"{s.status.value}, {start_text(at, datetime.now(UTC))}"
+
+
 def _ps_row(s: TaskSnapshot) -> tuple[str, ...]:
     return (
         s.task_id,
         s.name,
-        s.status.value,
+        _status(s),
         f"{s.attempt}/{s.max_attempts}",
         _progress(s),
         _when(s.created_at),

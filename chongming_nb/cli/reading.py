@@ -18,6 +18,7 @@ from chongming_nb.cli.common import (
     _parse_time,
     _progress,
     _ps_row,
+    _status,
     _table,
     _when,
     clean,
@@ -87,7 +88,7 @@ class Reading(CliBase):
         lines: list[tuple[str, Any]] = [
             ("id", s.task_id),
             ("name", s.name),
-            ("status", s.status.value),
+            ("status", _status(s)),
             ("version", s.status_version),
             ("requested", s.requested_action.value if s.requested_action else "-"),
             ("attempt", f"{s.attempt}/{s.max_attempts}"),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -230,6 +230,34 @@ SUBMIT_FIELDS = (
     "priority", "deps", "idempotency_key", "bucket", "bucket_key", "lease_owner",
 )  # fmt: skip
 _evolve_submitted = evolver(TaskSnapshot, leading=SUBMIT_FIELDS)
+
+
+#: Statuses in which a task may wait for a delayed start (``delay=`` / ``not_before=``:
+#: its ``retry_at`` is the start time).
+WAITING_TO_START = frozenset({TaskStatus.PENDING, TaskStatus.BLOCKED})
+
+
+def start_time(s: TaskSnapshot) -> datetime | None:
+    """When a task waiting for a delayed start may start (None: it is not waiting)."""
+    return s.retry_at if s.status in WAITING_TO_START else None
+
+
+def start_text(at: datetime, now: datetime) -> str:
+    """ "starts at 14:05 UTC (in 3m)": a delayed start, as every view says it."""
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=UTC)
+    left = max(0.0, (at - now).total_seconds())
+    return f"starts at {at.astimezone(UTC).strftime('%H:%M UTC')} (in {_in(left)})"
+
+
+def _in(seconds: float) -> str:
+    if seconds < 60:
+        return f"{int(seconds)}s"
+    minutes = int(seconds // 60)
+    if minutes < 60:
+        return f"{minutes}m"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes}m" if minutes else f"{hours}h"
 
 
 def submitted_snapshot(*values: Any) -> TaskSnapshot:

@@ -12,15 +12,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from chongming_nb.core.models import ACTOR_SOURCE_LABELS, TaskSnapshot, end_summary
-from chongming_nb.core.states import TaskStatus
+from chongming_nb.core.models import (
+    ACTOR_SOURCE_LABELS,
+    TaskSnapshot,
+    end_summary,
+    start_text,
+    start_time,
+)
 from chongming_nb.notebook.schema import STATUSES, VERBS
 
 #: Longest last-message / log line kept in a row (the full line stays in the log).
 MAX_MESSAGE_LEN = 300
 _RATE_WINDOW = 8
-#: statuses in which a task may wait for a delayed start (its ``retry_at``)
-_WAITING = frozenset({TaskStatus.PENDING, TaskStatus.BLOCKED})
 
 
 def epoch_ms(at: datetime | None) -> float | None:
@@ -191,7 +194,7 @@ def build_row(
         "has_tb": bool(snap.failure is not None and snap.failure.traceback),
         "tags": sorted(snap.tags),
         "run": snap.pipeline_run_id,
-        "starts": epoch_ms(snap.retry_at) if snap.status in _WAITING else None,
+        "starts": epoch_ms(start_time(snap)),
         "requested": None if snap.requested_action is None else str(snap.requested_action.value),
         "can": {verb: bool(can.get(verb, (False, None))[0]) for verb in VERBS},
     }
@@ -202,18 +205,8 @@ def starts_text(row: Mapping[str, Any], now_ms: float) -> str | None:
     starts = row.get("starts")
     if starts is None:
         return None
-    at = datetime.fromtimestamp(float(starts) / 1000.0, tz=UTC).strftime("%H:%M UTC")
-    return f"starts at {at} (in {_fmt_in(max(0.0, (float(starts) - now_ms) / 1000.0))})"
-
-
-def _fmt_in(seconds: float) -> str:
-    if seconds < 60:
-        return f"{int(seconds)}s"
-    minutes = int(seconds // 60)
-    if minutes < 60:
-        return f"{minutes}m"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h {minutes}m" if minutes else f"{hours}h"
+    at = datetime.fromtimestamp(float(starts) / 1000.0, tz=UTC)
+    return start_text(at, datetime.fromtimestamp(now_ms / 1000.0, tz=UTC))
 
 
 def end_fields(snap: TaskSnapshot) -> tuple[str | None, str | None]:
