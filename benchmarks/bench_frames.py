@@ -31,7 +31,7 @@ import pandas as pd
 
 from benchmarks.common import best_of, result, timed
 from benchmarks.sizes import size_of
-from chongming_nb import Controller, Exponential, RetryPolicy, TaskContext
+from chongming_nb import Controller, Exponential, HistoryLimits, RetryPolicy, TaskContext
 
 
 def always_fails(ctx: TaskContext) -> None:
@@ -144,7 +144,8 @@ def store_rows(tasks: int, repeats: int) -> list[dict[str, Any]]:
 def run(size: str) -> list[dict[str, Any]]:
     p = size_of(size, "frames")
     n, per_task, repeats = int(p["attempts"]), int(p["attempts_per_task"]), int(p["repeats"])
-    ctl = Controller(executor="inline")
+    # every task kept in memory: the frame is built from the kernel's records
+    ctl = Controller(executor="inline", history=HistoryLimits(memory_finished_tasks=None))
     try:
         t0 = time.perf_counter()
         total = _fill(ctl, n, per_task)

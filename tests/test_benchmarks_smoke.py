@@ -22,6 +22,7 @@ MY_METRICS = (
     "cooperative pause latency",
     "stop latency through ctx.track",
     "memory per finished task",
+    "RSS growth",
     "attempts_df() over",
 )
 

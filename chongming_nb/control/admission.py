@@ -120,8 +120,8 @@ class Admission:
         try:
             while ready and self.running + self.waking < limit:
                 item = heapq.heappop(ready)
-                t = tasks[item[2]]
-                if t.snap.status is not TaskStatus.QUEUED:
+                t = tasks.get(item[2])
+                if t is None or t.snap.status is not TaskStatus.QUEUED:
                     continue  # stale entry (paused, stopped, skipped meanwhile)
                 run = t.snap.pipeline_run_id
                 if run is not None and run in self.held_runs:

@@ -180,8 +180,7 @@ class Attempts:
             if self.pending_starts or self.pending_finishes:
                 self.settle_pending()
             self.started(t, attempt, pid, None, book.clock.monotonic())
-            if book.outbox:
-                book.flush_outbox()  # same critical section: one lock round-trip
+            book.flush_outbox()  # same critical section: one lock round-trip
         finally:
             lock.release()
 
@@ -237,6 +236,10 @@ class Attempts:
         t.history = [row for row in t.history if row[6] <= plan.common_version]
         t.history.extend(history_row(tr) for tr in plan.transitions)
         t.snap = plan.snapshot
+        if plan.snapshot.status in TERMINAL:  # (TaskBook.evict takes it in its turn)
+            book.finished[t.snap.task_id] = None
+        else:
+            book.finished.pop(t.snap.task_id, None)
         book.warn(t, f"the store settled this task without its owner: {reason}")
         if book.awaited and t in book.awaited:
             book.terminal.notify_all()

@@ -33,6 +33,14 @@ the controller to them):
   callback) runs under the lock, except the ``when=`` predicate of a pipeline node.
 * Order: a thread holding the lock never waits for the recorder (``flush`` is called
   without it).
+
+Bounded memory (``HistoryLimits.memory_finished_tasks``): ``TaskBook.finished`` holds the
+ids of the finished tasks in the order they finished; past the cap, ``evict`` (at the
+end of ``flush_outbox``, under the lock) moves the oldest out of ``tasks`` into
+``departed`` (one byte of status each). A task is kept while it is live, while its
+execution is alive (an abandoned thread included), while a dependant of it is not
+finished, while a thread waits for it, and while its pipeline run is observed. Every
+room looks a task id up with ``tasks.get`` (an evicted id is gone) or ``status_of``.
 """
 
 from __future__ import annotations
@@ -40,7 +48,7 @@ from __future__ import annotations
 import itertools
 import secrets
 import threading
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -56,7 +64,7 @@ from chongming_nb.control.messages import (
 )
 from chongming_nb.control.spec import TaskSpec
 from chongming_nb.core.clock import Clock
-from chongming_nb.core.errors import ConfigurationError, TaskNotFound
+from chongming_nb.core.errors import ConfigurationError, TaskEvicted, TaskNotFound
 from chongming_nb.core.events import Event, TaskStatusChanged, TaskWarning
 from chongming_nb.core.models import (
     AttemptRecord,
@@ -147,6 +155,10 @@ class TaskBook:
         self.tasks: dict[str, TaskEntry] = {}
         self.outbox: list[Outgoing] = []
         self.id_prefix = secrets.token_hex(4)
+        #: ids of the finished tasks in memory, oldest finished first (see ``evict``)
+        self.finished: OrderedDict[str, None] = OrderedDict()
+        #: the finished tasks that left memory
+        self.departed = Departed(self.id_prefix)
         self._event_seq = itertools.count(1)
         self.closed = False
         #: Why the process is going away, once it is (``Lifecycle.shut_down``): from
@@ -209,13 +221,57 @@ class TaskBook:
                 self.outbox.append(event)
         self.flush_outbox()
 
-    def task(self, task_id: object) -> TaskEntry:
-        """The entry of a task id or handle; TaskNotFound otherwise."""
+    def task(self, task_id: object, what: str = "it can no longer be changed") -> TaskEntry:
+        """The entry of a task id or handle; TaskEvicted (saying ``what`` is not
+        possible) for a finished task that left memory, TaskNotFound otherwise."""
         tid = getattr(task_id, "id", task_id)
         t = self.tasks.get(tid) if isinstance(tid, str) else None
         if t is None:
-            raise TaskNotFound(str(tid))
+            raise self.missing(tid, what)
         return t
+
+    def entry(self, task_id: object) -> TaskEntry | None:
+        """The entry of a task id or handle in memory, else None."""
+        tid = getattr(task_id, "id", task_id)
+        return self.tasks.get(tid) if isinstance(tid, str) else None
+
+    def missing(self, task_id: object, what: str) -> TaskNotFound:
+        """The error for a task id not in memory: TaskEvicted if it left, else TaskNotFound."""
+        status = self.departed.get(task_id) if isinstance(task_id, str) else None
+        if status is None:
+            return TaskNotFound(str(task_id))
+        assert isinstance(task_id, str)
+        return TaskEvicted(task_id, status, self.limits.memory_finished_tasks or 0, what)
+
+    def status_of(self, task_id: str) -> TaskStatus | None:
+        """The status of a task in memory or evicted (None: unknown id)."""
+        t = self.tasks.get(task_id)
+        return t.snap.status if t is not None else self.departed.get(task_id)
+
+    def evict(self) -> None:
+        """Under the lock: move the oldest finished tasks past the cap out of memory
+        (the module docstring says which are kept)."""
+        cap = self.limits.memory_finished_tasks
+        finished = self.finished
+        if cap is None or len(finished) <= cap:
+            return
+        tasks = self.tasks
+        departed = self.departed
+        runs = self.bus.runs
+        awaited = self.awaited
+        # a kept task goes to the end of the line: at most one look at each per call
+        for _ in range(len(finished)):
+            if len(finished) <= cap:
+                return
+            tid, _ = finished.popitem(last=False)
+            t = tasks.get(tid)
+            if t is None:
+                continue
+            if _pinned(t, tasks, runs, awaited):
+                finished[tid] = None
+                continue
+            del tasks[tid]
+            departed.add(tid, t.snap.status)
 
     # Every accepted transition goes through here (under the lock).
     def apply(
@@ -225,9 +281,15 @@ class TaskBook:
         *a: Any,
         **kw: Any,
     ) -> None:
-        prev_version = t.snap.status_version
-        new, tr = method(t.snap, *a, **kw)
+        prev = t.snap
+        prev_version = prev.status_version
+        new, tr = method(prev, *a, **kw)
         t.snap = new
+        if (new.status in TERMINAL) is not (prev.status in TERMINAL):
+            if new.status in TERMINAL:
+                self.finished[new.task_id] = None
+            else:
+                self.finished.pop(new.task_id, None)
         t.history.append(history_row(tr))
         if self.store is not None:
             self.outbox.append(SaveSnapshot(new, prev_version, tr))
@@ -305,18 +367,102 @@ class TaskBook:
         )
 
     def flush_outbox(self) -> None:
-        """Hand what was recorded under the lock to the recorder.
+        """Hand what was recorded under the lock to the recorder, then evict the
+        finished tasks past the cap (``evict``).
 
         The hand-over happens under the lock: two threads flushing at once must not
         deliver their batches out of order (a task's STOPPED before its STOPPING, or a
         store write ahead of the version it expects). Reading ``outbox`` without the
         lock is a safe fast path: whoever appends under the lock flushes afterwards.
         """
-        if not self.outbox:
+        cap = self.limits.memory_finished_tasks
+        # (lock-free length: whoever makes a task finished flushes afterwards)
+        over = cap is not None and len(self.finished) > cap
+        if not self.outbox and not over:
             return
         with self.lock:
-            items, self.outbox = self.outbox, []
-            self.bus.put_many(items)
+            if self.outbox:
+                items, self.outbox = self.outbox, []
+                self.bus.put_many(items)
+            if over:
+                self.evict()
+
+
+def _pinned(
+    t: TaskEntry, tasks: dict[str, TaskEntry], runs: Mapping[str, Any], awaited: Mapping[Any, int]
+) -> bool:
+    """Must this finished task stay in memory (see the module docstring)?"""
+    if t.snap.status not in TERMINAL or t.exec_attempt or t.holds_slot:
+        return True
+    if t.abandoned is not None and t.abandoned.running:
+        return True
+    if t in awaited:
+        return True
+    run = t.snap.pipeline_run_id
+    if run is not None and run in runs:
+        return True
+    for d in t.dependants or ():
+        u = tasks.get(d)
+        if u is not None and u.snap.status not in TERMINAL:
+            return True
+    return False
+
+
+#: A departed task's status as one byte (0: not departed).
+_CODE: dict[TaskStatus, int] = {s: i + 1 for i, s in enumerate(TaskStatus)}
+_OF_CODE: tuple[TaskStatus | None, ...] = (None, *TaskStatus)
+
+
+class Departed:
+    """The finished tasks that left memory: the status of each, and counts per status.
+
+    An id this controller made (its prefix and a hex sequence number) is one byte at
+    its number in a bytearray; any other id (adopted from the store) is a dict entry.
+    """
+
+    __slots__ = ("_codes", "_other", "_prefix", "counts")
+
+    def __init__(self, prefix: str) -> None:
+        self._prefix = prefix
+        self._codes = bytearray()
+        self._other: dict[str, int] = {}
+        #: departed tasks per status
+        self.counts: dict[TaskStatus, int] = dict.fromkeys(TaskStatus, 0)
+
+    def __len__(self) -> int:
+        return sum(self.counts.values())
+
+    def _number(self, task_id: str) -> int | None:
+        prefix = self._prefix
+        if not task_id.startswith(prefix):
+            return None
+        rest = task_id[len(prefix) :]
+        try:
+            n = int(rest, 16)
+        except ValueError:
+            return None
+        return n if f"{n:06x}" == rest else None
+
+    def add(self, task_id: str, status: TaskStatus) -> None:
+        n = self._number(task_id)
+        if n is None:
+            self._other[task_id] = _CODE[status]
+        else:
+            codes = self._codes
+            if n >= len(codes):
+                codes.extend(bytes(max(n + 1 - len(codes), len(codes) // 2, 1024)))
+            codes[n] = _CODE[status]
+        self.counts[status] += 1
+
+    def get(self, task_id: str) -> TaskStatus | None:
+        n = self._number(task_id)
+        if n is None:
+            return _OF_CODE[self._other.get(task_id, 0)]
+        codes = self._codes
+        return _OF_CODE[codes[n]] if n < len(codes) else None
+
+    def __contains__(self, task_id: object) -> bool:
+        return isinstance(task_id, str) and self.get(task_id) is not None
 
 
 #: A task's history keeps statuses as their plain string values (see TaskEntry.history).

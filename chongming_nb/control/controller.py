@@ -439,12 +439,13 @@ class Controller:
         return self._queries.running(task_id)
 
     def handle(self, task_id: str) -> TaskHandle:
-        self._book.task(task_id)
+        if task_id not in self._book.departed:  # a finished task out of memory has one too
+            self._book.task(task_id)
         return TaskHandle(self, task_id)
 
     def graph(self) -> dict[str, Any]:
-        """Nodes and edges of everything submitted, including the implicit DAG built cell
-        by cell with ``after=``."""
+        """Nodes and edges of the tasks in memory, including the implicit DAG built cell
+        by cell with ``after=`` (an edge may name a finished upstream that left memory)."""
         return self._queries.graph()
 
     def snapshots_df(self, **filters: Any) -> pd.DataFrame:

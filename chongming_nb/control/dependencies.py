@@ -38,7 +38,9 @@ class Dependencies:
         tasks = self.book.tasks
         task_id = t.snap.task_id
         for d in t.deps:
-            up = tasks[d]
+            up = tasks.get(d)
+            if up is None:  # finished and out of memory: it changes no more
+                continue
             if up.dependants is None:
                 up.dependants = [task_id]
             else:
@@ -49,11 +51,12 @@ class Dependencies:
         book = self.book
         tasks = book.tasks
         work = deque(ids)  # FIFO: dependants are released in the order they were submitted
+        status_of = book.status_of
         while work:
-            t = tasks[work.popleft()]
-            if t.snap.status is not S.BLOCKED:
+            t = tasks.get(work.popleft())
+            if t is None or t.snap.status is not S.BLOCKED:
                 continue
-            ups = [tasks[d].snap.status for d in t.deps]
+            ups = [status_of(d) for d in t.deps]
             if t.join is JoinMode.ALL_SUCCEEDED:
                 if all(s is S.SUCCEEDED for s in ups):
                     self.release(t)  # the common case: every upstream succeeded
@@ -62,7 +65,7 @@ class Dependencies:
                     continue
                 bad = [d for d, s in zip(t.deps, ups, strict=True) if s in _UNSUCCESSFUL]
                 if bad:
-                    names = ", ".join(f"{tasks[d].snap.name} ({tasks[d].snap.status})" for d in bad)
+                    names = ", ".join(f"{self._name(d)} ({status_of(d)})" for d in bad)
                     book.apply(
                         t,
                         book.sm.cancel,
@@ -138,8 +141,8 @@ class Dependencies:
         out: dict[str, Any] = {}
         tasks = self.book.tasks
         for d in t.deps:
-            u = tasks[d]
-            if u.snap.status is S.SUCCEEDED:
+            u = tasks.get(d)  # an evicted upstream's result is not kept
+            if u is not None and u.snap.status is S.SUCCEEDED:
                 out[d] = u.result
         return out
 
@@ -158,11 +161,19 @@ class Dependencies:
                 if node in names and names[node] in ups:
                     return ups[names[node]]
                 for d in t.deps:
-                    if tasks[d].snap.name == node and d in ups:
+                    if self._name(d) == node and d in ups:
                         return ups[d]
-            known = [tasks[d].snap.name for d in t.deps]
+            known = [self._name(d) for d in t.deps]
+            gone = [d for d in t.deps if d not in tasks and d not in ups]
+            why = (
+                f"; the results of {', '.join(gone)} are not kept: they finished and left "
+                "the controller's memory before this task was submitted "
+                "(HistoryLimits(memory_finished_tasks=...))"
+                if gone
+                else ""
+            )
             raise KeyError(
-                f"{key!r} is not a succeeded upstream of {t.snap.name!r} (upstreams: {known})"
+                f"{key!r} is not a succeeded upstream of {t.snap.name!r} (upstreams: {known}){why}"
             )
 
     def upstream_payload(self, t: TaskEntry) -> dict[str, Any] | None:
@@ -172,9 +183,14 @@ class Dependencies:
         ups = dict(t.upstream or {})
         names = dict(ups.get("__names__", {}))
         for d in t.deps:
-            names.setdefault(self.book.tasks[d].snap.name, d)
+            names.setdefault(self._name(d), d)
         ups["__names__"] = names
         return ups
+
+    def _name(self, task_id: str) -> str:
+        """Under the lock: an upstream's name (its id once it left memory)."""
+        t = self.book.tasks.get(task_id)
+        return t.snap.name if t is not None else task_id
 
 
 class UpstreamView(Mapping[Any, Any]):

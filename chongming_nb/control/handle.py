@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable, Generator
 from typing import Any, Protocol
 
-from chongming_nb.core.errors import TaskExecutionError
+from chongming_nb.core.errors import TaskEvicted, TaskExecutionError
 from chongming_nb.core.events import Event, TaskStatusChanged
 from chongming_nb.core.models import AttemptRecord, Progress, TaskSnapshot
 from chongming_nb.core.states import TERMINAL, TaskStatus
@@ -64,7 +64,12 @@ class TaskControl(Protocol):
 
 
 class TaskHandle:
-    """What ``submit`` returns. Cheap: it holds only the controller and the task id."""
+    """What ``submit`` returns. Cheap: it holds only the controller and the task id.
+
+    It stays valid after its task finished and left the controller's memory
+    (``HistoryLimits.memory_finished_tasks``): ``status`` and ``done()`` always answer;
+    the snapshot, attempts, history and log are read from the store; the result is not
+    kept (``result()`` raises TaskEvicted, naming the limit)."""
 
     __slots__ = ("_ctl", "id")
 
@@ -84,7 +89,10 @@ class TaskHandle:
 
     @property
     def status(self) -> TaskStatus:
-        return self._ctl.get(self.id).status
+        try:
+            return self._ctl.get(self.id).status
+        except TaskEvicted as gone:  # finished, out of memory, no store: its status is kept
+            return gone.status
 
     @property
     def name(self) -> str:
@@ -114,7 +122,10 @@ class TaskHandle:
         snap = self._ctl.wait(self.id, timeout)
         if snap.status is TaskStatus.SUCCEEDED:
             return self._ctl.result(self.id)
-        exc = self._ctl.exception(self.id)
+        try:
+            exc = self._ctl.exception(self.id)
+        except TaskEvicted:  # out of memory: the failure below is all that is kept
+            exc = None
         why = snap.failure.message if snap.failure else snap.status.value
         raise TaskExecutionError(
             f"task {snap.name} ({self.id}) {snap.status.value}: {why}"
@@ -200,7 +211,10 @@ class TaskHandle:
         display.show(self, self._ctl, task_ids=[self.id], kind="task", title=self.name)
 
     def __repr__(self) -> str:
-        s = self._ctl.get(self.id)
+        try:
+            s = self._ctl.get(self.id)
+        except TaskEvicted as gone:
+            return f"<TaskHandle id={self.id} {gone.status.value} (out of memory)>"
         prog = ""
         if s.progress is not None:
             total = f"/{s.progress.total:g}" if s.progress.total is not None else ""

@@ -131,7 +131,9 @@ class Intake:
         with book.lock:
             if idempotency_key is not None and idempotency_key in self.by_key:
                 first_id = self.by_key[idempotency_key]
-                first = book.tasks[first_id]
+                first = book.tasks.get(first_id)
+                if first is None:  # finished and left memory: its call is not kept
+                    return first_id
                 check_same_call(
                     idempotency_key,
                     first_id,
@@ -145,7 +147,7 @@ class Intake:
             deps: list[str] = []
             for d in ups:
                 tid = getattr(d, "id", d)
-                if not isinstance(tid, str) or tid not in tasks:
+                if not isinstance(tid, str) or book.status_of(tid) is None:
                     raise ConfigurationError(f"after=: unknown task {tid!r}")
                 if tid not in deps:
                     deps.append(tid)

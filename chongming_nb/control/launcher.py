@@ -132,8 +132,7 @@ class Launcher:
             launches = []  # the process is going away: nothing new starts
         else:
             launches = [self._prepare_launch(t) for t in self.admission.admit()]
-        if self.book.outbox:
-            self.book.flush_outbox()  # same critical section: one lock round-trip
+        self.book.flush_outbox()  # same critical section: one lock round-trip
         return launches
 
     def launch_now(self, task_id: str) -> None:

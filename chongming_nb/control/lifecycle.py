@@ -287,8 +287,8 @@ class Lifecycle:
                 self.queries.wait(task_id, max(0.0, deadline - time.monotonic()))
         with book.lock:
             for task_id in live:
-                t = book.tasks[task_id]
-                if t.exec_attempt and t.snap.status is TaskStatus.STOPPING:
+                t = book.tasks.get(task_id)  # (None: it finished and left memory)
+                if t is not None and t.exec_attempt and t.snap.status is TaskStatus.STOPPING:
                     self.dispatcher.stop_window_expired(t)
             book.flush_outbox()
 

@@ -3,6 +3,10 @@
 Owns nothing: every read takes ``TaskBook.lock`` for as long as it copies, and first
 settles the reports queued while the lock was busy (``Attempts.catch_up``) so a read
 shows every report made before it.
+
+A finished task that left memory (``TaskBook.evict``) is read from the store, after
+what was recorded so far is written (``_stored``); without a store only its status is
+kept: ``stats()`` counts it, a read of anything else raises TaskEvicted.
 """
 
 from __future__ import annotations
@@ -12,25 +16,30 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from chongming_nb.control.attempts import Attempts
-from chongming_nb.control.book import TaskBook, status_event, transitions
+from chongming_nb.control.book import TaskBook, history_row, status_event, transitions
 from chongming_nb.core.errors import ConfigurationError
 from chongming_nb.core.events import Event, TaskStatusChanged
 from chongming_nb.core.models import AttemptRecord, TaskSnapshot, Transition
 from chongming_nb.core.states import TERMINAL, TaskStatus
 from chongming_nb.core.validation import check_int64, check_seconds
-from chongming_nb.stores.protocol import DROPPED_STREAM, LogRecord, dropped_marker
+from chongming_nb.stores.protocol import DROPPED_STREAM, LogRecord, TaskQuery, dropped_marker
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from chongming_nb.stores.protocol import TaskStore
 
 log = logging.getLogger("chongming_nb.controller")
 
 #: How long ``logs()`` of an ended task waits for its queued lines to reach the store.
 LOG_READ_WAIT = 10.0
+
+#: Snapshots read per store page when looking for evicted tasks.
+_PAGE = 1_000
 
 #: A status filter: one status, a status value, or several.
 StatusFilter = TaskStatus | str | Iterable[TaskStatus | str] | None
@@ -45,11 +54,31 @@ class Queries:
         self.attempts.catch_up()
         book = self.book
         with book.lock:
-            t = book.task(task_id)
-            snap = t.snap
-            if t.live is not None and t.exec_attempt:
-                snap = snap.evolve(progress=book.live_progress(t))
-            return snap
+            t = book.entry(task_id)
+            if t is not None:
+                snap = t.snap
+                if t.live is not None and t.exec_attempt:
+                    snap = snap.evolve(progress=book.live_progress(t))
+                return snap
+        store, tid = self._stored(task_id, "its snapshot")
+        snap = store.get(tid)
+        if snap is None:
+            raise book.missing(tid, "its snapshot is no longer in the store (pruned)")
+        return snap
+
+    def _stored(self, task_id: object, what: str) -> tuple[TaskStore, str]:
+        """The store and id of a task that left memory, once everything recorded so far
+        is written; TaskEvicted without a store, TaskNotFound for an unknown id."""
+        book = self.book
+        tid = getattr(task_id, "id", task_id)
+        store = book.store
+        if not isinstance(tid, str) or tid not in book.departed:
+            raise book.missing(tid, "")
+        if store is None:
+            raise book.missing(tid, f"{what} is not kept: {_NO_STORE}")
+        book.flush_outbox()
+        book.bus.flush()
+        return store, tid
 
     def list_tasks(
         self,
@@ -65,12 +94,15 @@ class Queries:
             raise ConfigurationError(f"limit must be an int >= 0, got {limit!r}")
         self.attempts.catch_up()
         book = self.book
+        if ids is not None:
+            ids = list(ids)
         with book.lock:
             tasks = book.tasks
             if ids is not None:
                 pool = [tasks[i] for i in ids if i in tasks]
             else:
                 pool = list(tasks.values())
+            gone = len(book.departed) > 0 and book.store is not None
             out: list[TaskSnapshot] = []
             for t in reversed(pool):
                 s = t.snap
@@ -87,18 +119,63 @@ class Queries:
                 out.append(s)
                 if limit is not None and len(out) >= limit:
                     break
+        if not gone or limit == 0:
             return out
+        query = TaskQuery(statuses, tag, name_prefix, pipeline_run_id)
+        more = self._departed_snapshots(query, limit, ids)
+        if not more:
+            return out
+        # newest first by creation, as the memory's order (stable: ties keep it)
+        out = sorted([*out, *more], key=_created, reverse=True)
+        return out if limit is None else out[:limit]
+
+    def _departed_snapshots(
+        self, query: TaskQuery, limit: int | None, ids: list[str] | None
+    ) -> list[TaskSnapshot]:
+        """The snapshots in the store of this controller's tasks that left memory and
+        match ``query``, newest first (at most ``limit``)."""
+        book = self.book
+        store = book.store
+        assert store is not None
+        departed = book.departed
+        wanted = None if ids is None else frozenset(i for i in ids if i in departed)
+        if wanted is not None and not wanted:
+            return []  # (the common case of a widget's refresh: no store read)
+        book.flush_outbox()
+        book.bus.flush()
+        if wanted is not None:
+            return store.query(_with(query, ids=wanted, limit=limit))
+        out: list[TaskSnapshot] = []
+        after: str | None = None
+        page = _with(query, limit=_PAGE if limit is None else max(limit, _PAGE))
+        while True:
+            rows, after = store.page(page, after=after)
+            out.extend(s for s in rows if s.task_id in departed)
+            if after is None or (limit is not None and len(out) >= limit):
+                return out if limit is None else out[:limit]
 
     def stats(self, **filters: Any) -> dict[str, int]:
-        counts = dict.fromkeys((s.value for s in TaskStatus), 0)
-        for s in self.list_tasks(**filters):
-            counts[s.status.value] += 1
+        if filters:
+            counts = dict.fromkeys((s.value for s in TaskStatus), 0)
+            for s in self.list_tasks(**filters):
+                counts[s.status.value] += 1
+            return counts
+        # every task: the ones in memory and the counts of those that left it
+        self.attempts.catch_up()
+        book = self.book
+        with book.lock:
+            counts = {s.value: n for s, n in book.departed.counts.items()}
+            for t in book.tasks.values():
+                counts[t.snap.status.value] += 1
         return counts
 
     def history(self, task_id: object) -> list[Transition]:
         with self.book.lock:
-            t = self.book.task(task_id)
-            return transitions(t.snap.task_id, t.history)
+            t = self.book.entry(task_id)
+            if t is not None:
+                return transitions(t.snap.task_id, t.history)
+        store, tid = self._stored(task_id, "its history")
+        return store.history(tid)
 
     def events(
         self,
@@ -107,7 +184,7 @@ class Queries:
         types: Iterable[type[Event]] | None = None,
     ) -> list[Event]:
         with self.book.lock:
-            t = self.book.task(task_id)
+            t = self.book.task(task_id, _EVENTS if self.book.store else _NO_STORE)
             evs: list[Event] = [
                 status_event(tr, f"{tr.task_id}:v{tr.version}")
                 for tr in transitions(t.snap.task_id, t.history)
@@ -123,15 +200,23 @@ class Queries:
 
     def attempts_of(self, task_id: object) -> list[AttemptRecord]:
         with self.book.lock:
-            return list(self.book.task(task_id).attempts)
+            t = self.book.entry(task_id)
+            if t is not None:
+                return list(t.attempts)
+        store, tid = self._stored(task_id, "its attempts")
+        return store.attempts(tid)
 
     def logs(self, task_id: object, limit: int | None = None) -> list[LogRecord]:
         book = self.book
         with book.lock:
-            t = book.task(task_id)
-            in_store = t.logs_in_store
-            lines = list(t.logs or ())
-            dropped = t.log_dropped
+            t = book.entry(task_id)
+            if t is not None:
+                in_store = t.logs_in_store
+                lines = list(t.logs or ())
+                dropped = t.log_dropped
+        if t is None:
+            store, tid = self._stored(task_id, "its log")
+            return store.logs(tid, limit=limit)
         if in_store and book.store is not None:
             # an ended task: the kernel let go of its log, the store has it (once what is
             # queued is written); its short tail below answers when the store cannot
@@ -152,15 +237,19 @@ class Queries:
 
     def result(self, task_id: object) -> Any:
         with self.book.lock:
-            return self.book.task(task_id).result
+            return self.book.task(task_id, _RESULT).result
 
     def exception(self, task_id: object) -> BaseException | None:
         with self.book.lock:
-            return self.book.task(task_id).exception
+            return self.book.task(task_id, _RESULT).exception
 
     def running(self, task_id: object) -> bool:
         with self.book.lock:
-            t = self.book.task(task_id)
+            t = self.book.entry(task_id)
+            if t is None:
+                if getattr(task_id, "id", task_id) in self.book.departed:
+                    return False  # an evicted task's execution is over
+                raise self.book.missing(task_id, "")
             h = t.handle or t.abandoned
             return bool(h is not None and h.running)
 
@@ -185,7 +274,11 @@ class Queries:
         check_seconds("timeout", timeout)
         book = self.book
         attempts = self.attempts
-        t = book.task(task_id)
+        with book.lock:
+            t_or_none = book.entry(task_id)
+        if t_or_none is None:
+            return self.get(task_id)  # finished and left memory (or TaskNotFound)
+        t = t_or_none
         # real time, like the Condition underneath (a FakeClock does not move by itself)
         deadline = None if timeout is None else time.monotonic() + timeout
         pending_starts, pending_finishes = attempts.pending_starts, attempts.pending_finishes
@@ -238,7 +331,7 @@ class Queries:
         """Wait (really: on a condition, woken by status changes) until the task leaves
         ``transient`` states."""
         book = self.book
-        t = book.task(task_id)
+        t = book.task(task_id)  # a verb's task: in memory
         ev = threading.Event()
 
         def on(e: Event) -> None:
@@ -273,8 +366,12 @@ class Queries:
         snaps = self.list_tasks(**filters)
         book = self.book
         with book.lock:
-            recs = [r for s in reversed(snaps) for r in book.tasks[s.task_id].attempts]
-            names = {s.task_id: s.name for s in snaps}
+            kept = {s.task_id: book.tasks.get(s.task_id) for s in snaps}
+        recs: list[AttemptRecord] = []
+        for s in reversed(snaps):
+            t = kept[s.task_id]
+            recs.extend(t.attempts if t is not None else self.attempts_of(s.task_id))
+        names = {s.task_id: s.name for s in snaps}
         return between(attempts_frame(recs, names), "started_at", since, until)
 
     def transitions_df(self, **filters: Any) -> pd.DataFrame:
@@ -285,9 +382,35 @@ class Queries:
         book = self.book
         with book.lock:
             # the history rows themselves (immutable tuples; a list copy per task)
-            tasks = [(s.task_id, list(book.tasks[s.task_id].history)) for s in reversed(snaps)]
-            names = {s.task_id: s.name for s in snaps}
+            kept = {s.task_id: book.tasks.get(s.task_id) for s in snaps}
+            rows = {tid: list(t.history) for tid, t in kept.items() if t is not None}
+        tasks = [
+            (s.task_id, rows[s.task_id] if s.task_id in rows else self._history_rows(s.task_id))
+            for s in reversed(snaps)
+        ]
+        names = {s.task_id: s.name for s in snaps}
         return between(history_rows_frame(tasks, names), "at", since, until)
+
+    def _history_rows(self, task_id: str) -> list[tuple[Any, ...]]:
+        """An evicted task's transitions from the store, as a history keeps them."""
+        return [history_row(tr) for tr in self.history(task_id)]
+
+
+#: What is not kept of an evicted task (TaskEvicted says it).
+_RESULT = "its result is not kept"
+_EVENTS = "its events are in the store: ctl.store.events(task_id)"
+_NO_STORE = "only its status is kept without a store"
+
+
+def _created(s: TaskSnapshot) -> datetime:
+    return s.created_at or _EPOCH
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _with(query: TaskQuery, **changes: Any) -> TaskQuery:
+    return dataclasses.replace(query, **changes)
 
 
 def status_set(status: StatusFilter) -> frozenset[TaskStatus] | None:

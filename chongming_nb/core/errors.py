@@ -9,6 +9,7 @@
      ├── ConcurrencyConflict        (expected, actual)
      ├── StoreError                 (path or url)
      ├── TaskNotFound               (task_id)
+     │    └── TaskEvicted           (status, kept): finished, out of the kernel's memory
      ├── ConfigurationError
      │    ├── UnknownDependency     (node, missing)
      │    └── CircularDependency    (cycle)
@@ -119,6 +120,23 @@ class TaskNotFound(TaskError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class TaskEvicted(TaskNotFound):
+    """A finished task left the controller's memory (it keeps the newest ``kept``
+    finished tasks: ``HistoryLimits.memory_finished_tasks``). Its ``status`` is still
+    known; the rest is read from the store if there is one; its result is not kept."""
+
+    def __init__(self, task_id: str, status: TaskStatus, kept: int, what: str) -> None:
+        self.task_id = task_id
+        self.status = status
+        self.kept = kept
+        TaskError.__init__(
+            self,
+            f"task {task_id} {status.value} and left the controller's memory (it keeps the "
+            f"newest {kept:,} finished tasks: HistoryLimits(memory_finished_tasks=...)); "
+            f"{what}",
+        )
 
 
 class ConfigurationError(TaskError):

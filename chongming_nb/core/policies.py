@@ -298,8 +298,8 @@ class BucketPolicy:
 
 @dataclass(frozen=True, slots=True)
 class HistoryLimits:
-    """How much of a task's history is kept (``Controller(history=...)``); each is said
-    out loud where it applies.
+    """How much history is kept, per task and of finished tasks in all
+    (``Controller(history=...)``); each is said out loud where it applies.
 
     ``store_log_bytes``: log text kept per task in the store (each line counts its
     length + 100 for the row); the oldest lines are dropped first and one "… N lines
@@ -308,12 +308,17 @@ class HistoryLimits:
     task's newest lines, and this much of their text, for ``h.logs()``.
     ``text_chars``: a failure's message and an attempt's traceback are cut to this many
     characters, with a marker giving the full size (one traceback per attempt).
+    ``memory_finished_tasks``: the controller keeps this many finished tasks in memory;
+    older ones (oldest finished first) leave it, their status kept in one byte each.
+    With a store, reads of them go to the store; their results are not kept. None:
+    no limit.
     """
 
     store_log_bytes: int | None = 10_000_000
     memory_log_lines: int = 2_000
     memory_log_bytes: int = 1_000_000
     text_chars: int = 65_536
+    memory_finished_tasks: int | None = 10_000
 
     def __post_init__(self) -> None:
         if self.store_log_bytes is not None:
@@ -321,6 +326,8 @@ class HistoryLimits:
         _check_count("memory_log_lines", self.memory_log_lines)
         _check_count("memory_log_bytes", self.memory_log_bytes)
         _check_count("text_chars", self.text_chars)
+        if self.memory_finished_tasks is not None:
+            _check_count("memory_finished_tasks", self.memory_finished_tasks)
         if self.text_chars < 256:
             raise ConfigurationError(f"text_chars must be >= 256, got {self.text_chars!r}")
 

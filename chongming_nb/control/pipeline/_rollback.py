@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from chongming_nb.control.pipeline._record import append_manifest, save_record
+from chongming_nb.core.errors import TaskEvicted
 from chongming_nb.core.events import CompensationRan
 from chongming_nb.core.states import TaskStatus
 
@@ -66,11 +67,13 @@ class Rollback:
                     ):
                         continue
                     self.compensated.add(tid)
-                value = ctl.result(tid)
                 label = info.node if info.index is None else f"{info.node}[{info.index}]"
                 try:
-                    _call_compensation(comp, value)
+                    _call_compensation(comp, ctl.result(tid))
                     ok, error = True, None
+                except TaskEvicted as exc:  # a big run: its result left memory
+                    ok, error = False, str(exc)
+                    log.warning("compensation of %s in run %s: %s", label, run.id, error)
                 except Exception as exc:
                     ok, error = False, f"{type(exc).__name__}: {exc}"
                     log.warning("compensation of %s in run %s raised %s", label, run.id, error)
