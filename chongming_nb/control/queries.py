@@ -125,7 +125,7 @@ class Queries:
         more = self._departed_snapshots(query, limit, ids)
         if not more:
             return out
-        # newest first by creation, as the memory's order (stable: ties keep it)
+        # newest first by creation, as the memory's order
         out = sorted([*out, *more], key=_created, reverse=True)
         return out if limit is None else out[:limit]
 
@@ -155,7 +155,7 @@ class Queries:
                 return out if limit is None else out[:limit]
 
     def stats(self, **filters: Any) -> dict[str, int]:
-        if filters:
+        if any(v is not None for v in filters.values()):
             counts = dict.fromkeys((s.value for s in TaskStatus), 0)
             for s in self.list_tasks(**filters):
                 counts[s.status.value] += 1
@@ -402,8 +402,9 @@ _EVENTS = "its events are in the store: ctl.store.events(task_id)"
 _NO_STORE = "only its status is kept without a store"
 
 
-def _created(s: TaskSnapshot) -> datetime:
-    return s.created_at or _EPOCH
+def _created(s: TaskSnapshot) -> tuple[datetime, str]:
+    # (this controller's ids sort in creation order: they break a tie of times)
+    return s.created_at or _EPOCH, s.task_id
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
