@@ -17,6 +17,7 @@ from typing import Any
 
 from chongming_nb.core.errors import ConfigurationError
 from chongming_nb.core.events import Event
+from chongming_nb.core.states import TaskStatus
 
 log = logging.getLogger("chongming_nb.bus")
 
@@ -52,14 +53,14 @@ class RunNote:
 
     __slots__ = ("run_id", "status", "task_id", "version")
 
-    def __init__(self, run_id: str, task_id: str, version: int, status: Any) -> None:
+    def __init__(self, run_id: str, task_id: str, version: int, status: TaskStatus) -> None:
         self.run_id = run_id
         self.task_id = task_id
         self.version = version
         self.status = status
 
 
-RunObserver = Callable[[str, int, Any], None]
+RunObserver = Callable[[str, int, TaskStatus], None]
 
 
 class _Flush:
@@ -240,7 +241,6 @@ class EventBus:
 
     def _call_hook(self, hook: object, ev: Event) -> None:
         from chongming_nb.core.events import AttemptStarted, TaskStatusChanged
-        from chongming_nb.core.states import TaskStatus
 
         name: str | None = None
         if isinstance(ev, AttemptStarted):

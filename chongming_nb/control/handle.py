@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable, Generator
 from typing import Any, Protocol
 
+from chongming_nb.control.bus import EventFilter
 from chongming_nb.core.errors import TaskEvicted, TaskExecutionError
 from chongming_nb.core.events import Event, TaskStatusChanged
 from chongming_nb.core.models import AttemptRecord, Progress, TaskSnapshot
@@ -35,7 +36,7 @@ class TaskControl(Protocol):
     def result(self, task_id: TaskRef) -> Any: ...
     def exception(self, task_id: TaskRef) -> BaseException | None: ...
     def watch(
-        self, callback: Callable[[Event], None], filter: Any = None
+        self, callback: Callable[[Event], None], filter: EventFilter = None
     ) -> Callable[[], None]: ...
     def pause(
         self, task_id: TaskRef, timeout: float | None = None, *, actor: str = ..., wait: bool = ...

@@ -20,6 +20,7 @@ from chongming_nb.core._fast import evolver
 from chongming_nb.core.errors import ConfigurationError
 from chongming_nb.core.policies import RetryPolicy, Timeout
 from chongming_nb.core.validation import check_int64, check_seconds, check_text
+from chongming_nb.runtime.executors import Executor
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -33,7 +34,7 @@ class TaskSpec:
     timeout: Timeout = field(default_factory=Timeout)
     tags: frozenset[str] = frozenset()
     priority: int | None = None
-    executor: Any = None
+    executor: str | Executor | None = None
     compensate: Callable[..., Any] | None = None
     #: a delayed start: seconds after submit, or a fixed time (at most one of the two)
     delay: float | None = None
@@ -133,7 +134,7 @@ def task(
     timeout: Timeout | float | None = None,
     tags: Iterable[str] | None = None,
     priority: int | None = None,
-    executor: Any = None,
+    executor: str | Executor | None = None,
     compensate: Callable[..., Any] | None = None,
     delay: float | None = None,
     not_before: datetime | None = None,
@@ -149,7 +150,7 @@ def task(
     timeout: Timeout | float | None = None,
     tags: Iterable[str] | None = None,
     priority: int | None = None,
-    executor: Any = None,
+    executor: str | Executor | None = None,
     compensate: Callable[..., Any] | None = None,
     delay: float | None = None,
     not_before: datetime | None = None,

@@ -49,10 +49,10 @@ from chongming_nb.core.events import (
     TaskWarning,
 )
 from chongming_nb.core.models import AttemptRecord, TaskSnapshot, Transition
-from chongming_nb.stores.protocol import EventRecord, Touch
+from chongming_nb.stores.protocol import EventRecord, LogRecord, Touch
 
 if TYPE_CHECKING:
-    pass
+    from chongming_nb.stores.protocol import TaskStore
 
 log = logging.getLogger("chongming_nb.persistence")
 
@@ -107,7 +107,7 @@ class StoreOutage(Exception):
 
 
 def write_batch(
-    store: Any,
+    store: TaskStore,
     batch: Sequence[Outgoing],
     *,
     conflicts: set[str] | None = None,
@@ -132,7 +132,7 @@ def write_batch(
     attempts: dict[tuple[str, int], AttemptRecord] = {}
     events: list[EventRecord] = []
     touches: list[Touch] = []
-    logs: dict[str, list[Any]] = {}
+    logs: dict[str, list[LogRecord]] = {}
     clears: list[str] = []
     trims: dict[str, int] = {}  # task -> log budget, applied after this batch's lines
     add_item = items.append
@@ -185,7 +185,7 @@ def write_batch(
     return failures + _trim(store, trims)
 
 
-def _trim(store: Any, trims: dict[str, int]) -> int:
+def _trim(store: TaskStore, trims: dict[str, int]) -> int:
     failures = 0
     for tid, keep in trims.items():
         try:
@@ -197,13 +197,13 @@ def _trim(store: Any, trims: dict[str, int]) -> int:
 
 
 def _write(
-    store: Any,
+    store: TaskStore,
     items: list[tuple[TaskSnapshot, int | None]],
     transitions: list[Transition],
     attempts: dict[tuple[str, int], AttemptRecord],
     events: list[EventRecord],
     touches: list[Touch],
-    logs: dict[str, list[Any]],
+    logs: dict[str, list[LogRecord]],
     clears: list[str],
     conflicts: set[str] | None,
     raise_outage: bool,
@@ -244,7 +244,7 @@ def _write(
     return failures + _side_writes(store, [], logs, touches)
 
 
-def task_of(item: Any) -> str | None:
+def task_of(item: object) -> str | None:
     """The task an outgoing item is about (None for run-level items)."""
     for holder in (item, getattr(item, "snap", None), getattr(item, "record", None)):
         tid = getattr(holder, "task_id", None)
@@ -258,7 +258,7 @@ def _is_conflict(exc: BaseException) -> bool:
 
 
 def _side_writes(
-    store: Any, clears: list[str], logs: dict[str, list[Any]], touches: list[Touch]
+    store: TaskStore, clears: list[str], logs: dict[str, list[LogRecord]], touches: list[Touch]
 ) -> int:
     failures = 0
     for tid in clears:
@@ -280,7 +280,7 @@ def _side_writes(
 
 
 def _one_by_one(
-    store: Any,
+    store: TaskStore,
     items: list[tuple[TaskSnapshot, int | None]],
     transitions: list[Transition],
     attempts: list[AttemptRecord],

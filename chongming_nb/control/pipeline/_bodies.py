@@ -20,6 +20,7 @@ from chongming_nb.core.states import TaskStatus
 
 if TYPE_CHECKING:
     from chongming_nb.control.pipeline._state import RunState
+    from chongming_nb.runtime.context import TaskContext
 
 __all__ = ["CtxUpstream", "Expand", "Gather", "NodeCall", "Restored", "RunWhen"]
 
@@ -61,7 +62,7 @@ class NodeCall:
         # the node's TaskSpec, so the controller does not build a default one per task
         self.__chongming_task__ = spec if spec is not None else spec_of(fn)
 
-    def __call__(self, ctx: Any, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, ctx: TaskContext, *args: Any, **kwargs: Any) -> Any:
         value = self.fn(ctx, *args, **kwargs) if self.inject else self.fn(*args, **kwargs)
         if inspect.iscoroutine(value):
             import asyncio
@@ -72,7 +73,7 @@ class NodeCall:
         return value
 
 
-def _save_output(ctx: Any, value: Any, path: Path, ser: Serializer) -> None:
+def _save_output(ctx: TaskContext, value: Any, path: Path, ser: Serializer) -> None:
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -100,7 +101,7 @@ class Expand:
         self.items = items
         self.node = node
 
-    def __call__(self, ctx: Any) -> list[Any]:
+    def __call__(self, ctx: TaskContext) -> list[Any]:
         items = self.items
         if isinstance(items, Node):
             value = ctx.upstream(items.name)
@@ -160,7 +161,7 @@ class _RunUp(Mapping[Any, Any]):
 class CtxUpstream(Mapping[Any, Any]):
     """``up`` for ``items(up)``: upstream results by node, name, handle or task id."""
 
-    def __init__(self, ctx: Any) -> None:
+    def __init__(self, ctx: TaskContext) -> None:
         self._ctx = ctx
 
     def __getitem__(self, key: Any) -> Any:
@@ -182,7 +183,7 @@ class Gather:
     def __init__(self, ids: Sequence[str]) -> None:
         self.ids = tuple(ids)
 
-    def __call__(self, ctx: Any) -> list[Any]:
+    def __call__(self, ctx: TaskContext) -> list[Any]:
         return [ctx.upstream(i) for i in self.ids]
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -11,7 +11,7 @@ from chongming_nb.control.spec import TaskSpec
 from chongming_nb.core.errors import ConfigurationError
 from chongming_nb.core.policies import AggregationPolicy, JoinMode
 
-__all__ = ["NOT_A_MAP", "Node", "PipelineShape", "join_mode"]
+__all__ = ["MapItems", "Node", "PipelineShape", "join_mode"]
 
 
 class PipelineShape(Protocol):
@@ -45,7 +45,7 @@ class Node:
     spec: TaskSpec
     compensate: Callable[..., Any] | None
     serializer: Serializer | None
-    items: Any = None  # a map's items: a list, a Node or a callable(up); None: not a map
+    items: MapItems | None = None  # a map's items; None: not a map
     max_parallel: int | None = None
 
     @property
@@ -58,10 +58,12 @@ class Node:
         return f"<Node {kind}{self.name!r} of {self.pipeline.name!r}{deps}>"
 
 
-NOT_A_MAP = object()
+#: A map's items (``Pipeline.map``): a list (any finite iterable), a Node whose result is
+#: the list, or a callable ``items(up)`` of the upstream results.
+MapItems = Iterable[Any] | Node | Callable[[Mapping[Any, Any]], Iterable[Any]]
 
 
-def join_mode(join: Any) -> JoinMode:
+def join_mode(join: JoinMode | str) -> JoinMode:
     try:
         return JoinMode(join)
     except ValueError:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from chongming_nb.control.pipeline._node import NOT_A_MAP, Node, join_mode
+from chongming_nb.control.pipeline._node import MapItems, Node, join_mode
 from chongming_nb.control.pipeline._resume import Previous, load_previous
 from chongming_nb.control.pipeline._run import PipelineRun
 from chongming_nb.control.pipeline._serializer import PickleSerializer, Serializer, check_serializer
@@ -15,9 +15,16 @@ from chongming_nb.control.pipeline._sleep import sleep_step
 from chongming_nb.control.spec import _validate, check_arguments, spec_of, wants_context
 from chongming_nb.core.errors import CircularDependency, ConfigurationError
 from chongming_nb.core.graph import Graph
-from chongming_nb.core.policies import AggregationKind, AggregationPolicy, JoinMode, RetryPolicy
+from chongming_nb.core.policies import (
+    AggregationKind,
+    AggregationPolicy,
+    JoinMode,
+    RetryPolicy,
+    Timeout,
+)
 from chongming_nb.core.validation import check_int64, check_text
 from chongming_nb.pictures import GraphPicture, layout, nodes_of
+from chongming_nb.runtime.executors import Executor
 
 if TYPE_CHECKING:
     from chongming_nb.control.controller import Controller
@@ -113,10 +120,10 @@ class Pipeline:
         name: str | None = None,
         *,
         compensate: Callable[..., Any] | None = None,
-        timeout: Any = None,
+        timeout: Timeout | float | None = None,
         tags: Iterable[str] | None = None,
         priority: int | None = None,
-        executor: Any = None,
+        executor: str | Executor | None = None,
         serializer: Serializer | None = None,
         delay: float | None = None,
         not_before: datetime | None = None,
@@ -136,7 +143,7 @@ class Pipeline:
     def map(
         self,
         fn: Callable[..., Any],
-        items: Any,
+        items: MapItems,
         deps: Iterable[Node | str] = (),
         max_parallel: int | None = None,
         *,
@@ -147,10 +154,10 @@ class Pipeline:
         join: JoinMode | str = JoinMode.ALL_SUCCEEDED,
         name: str | None = None,
         compensate: Callable[..., Any] | None = None,
-        timeout: Any = None,
+        timeout: Timeout | float | None = None,
         tags: Iterable[str] | None = None,
         priority: int | None = None,
-        executor: Any = None,
+        executor: str | Executor | None = None,
         serializer: Serializer | None = None,
         delay: float | None = None,
         not_before: datetime | None = None,
@@ -161,7 +168,7 @@ class Pipeline:
         ``items``: a list (or any finite iterable), a Node whose result is the list, or a
         callable ``items(up)`` of the upstream results. The tasks are created once the
         items are known, i.e. when the dependencies allow."""
-        if items is None or items is NOT_A_MAP:
+        if items is None:
             raise ConfigurationError("map() needs items: a list, a Node or a callable(up)")
         if isinstance(items, Node):
             dep_list = list(deps)
@@ -212,14 +219,14 @@ class Pipeline:
         kwargs: Mapping[str, Any] | None,
         deps: Iterable[Node | str],
         *,
-        when: Any = None,
-        retry: Any = None,
-        join: Any = JoinMode.ALL_SUCCEEDED,
+        when: Callable[[Mapping[Any, Any]], Any] | None = None,
+        retry: RetryPolicy | int | None = None,
+        join: JoinMode | str = JoinMode.ALL_SUCCEEDED,
         name: str | None = None,
-        serializer: Any = None,
-        items: Any = NOT_A_MAP,
+        serializer: Serializer | None = None,
+        items: MapItems | None = None,
         max_parallel: int | None = None,
-        executor: Any = None,
+        executor: str | Executor | None = None,
         **options: Any,
     ) -> Node:
         """``options``: the task options of ``add`` (compensate, timeout, tags, priority,
@@ -258,7 +265,7 @@ class Pipeline:
             spec,
             spec.compensate,
             ser,
-            None if items is NOT_A_MAP else items,
+            items,
             max_parallel,
         )
         # bind the call now: a wrong call fails here, not in a thread

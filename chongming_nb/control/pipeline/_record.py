@@ -17,6 +17,8 @@ from chongming_nb.core.states import TaskStatus
 from chongming_nb.stores.protocol import RunRecord
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from chongming_nb.control.pipeline._state import RunState
 
 __all__ = [
@@ -142,7 +144,7 @@ def run_summary(run: RunState) -> dict[str, Any]:
         }
 
 
-def run_frame(run: RunState) -> Any:
+def run_frame(run: RunState) -> pd.DataFrame:
     """One row per task of the run (map children and item tasks included) plus one
     per node not created yet: node, task_id, role, status, attempts, started, ended,
     duration, restored."""

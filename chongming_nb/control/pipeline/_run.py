@@ -42,7 +42,10 @@ from chongming_nb.core.states import TERMINAL, UNOCCUPIED, TaskStatus
 from chongming_nb.pictures import GraphPicture, Timeline, from_source, layout, nodes_of
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from chongming_nb.control.controller import Controller
+    from chongming_nb.control.handle import TaskHandle
 
 __all__ = ["PipelineRun"]
 
@@ -389,7 +392,7 @@ class PipelineRun:
         with self._lock:
             return list(self._tasks)
 
-    def handle(self, node: Node | str) -> Any:
+    def handle(self, node: Node | str) -> TaskHandle:
         """The TaskHandle standing for a node (a map: its collector)."""
         name = node.name if isinstance(node, Node) else node
         with self._lock:
@@ -497,7 +500,7 @@ class PipelineRun:
             state[nr.node.name] = entry
         return layout(nodes_of([nr.node for nr in node_runs], state), title=f"run {self.name}")
 
-    def to_frame(self) -> Any:
+    def to_frame(self) -> pd.DataFrame:
         """One row per task of the run (map children and item tasks included) plus one
         per node not created yet: node, task_id, role, status, attempts, started, ended,
         duration, restored."""

@@ -21,6 +21,7 @@ from chongming_nb.core.validation import check_seconds
 
 if TYPE_CHECKING:
     from chongming_nb.control.pipeline._state import RunState
+    from chongming_nb.runtime.context import TaskContext
 
 __all__ = ["SleepBody", "SleepStep", "sleep_step"]
 
@@ -37,7 +38,7 @@ class SleepStep:
 
     __signature__ = _SIG_CTX
 
-    def __call__(self, ctx: Any) -> str:  # pragma: no cover - a run calls SleepBody
+    def __call__(self, ctx: TaskContext) -> str:  # pragma: no cover - a run calls SleepBody
         raise RuntimeError("a sleep step runs as part of a pipeline run")
 
 
@@ -68,7 +69,7 @@ class SleepBody:
         self.node = node
         self.step = step
 
-    def __call__(self, ctx: Any) -> str:
+    def __call__(self, ctx: TaskContext) -> str:
         run = self.run
         with run._lock:
             wake = run._wakes.get(self.node)
