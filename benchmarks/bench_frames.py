@@ -19,17 +19,16 @@ tasks, one in ten failed after 3 attempts), each beside ``pd.read_sql`` of the s
 
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
 import subprocess
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from benchmarks.common import best_of, result, timed
+from benchmarks.common import best_of, generated_store, result, timed
 from benchmarks.sizes import size_of
 from chongming_nb import Controller, Exponential, HistoryLimits, RetryPolicy, TaskContext
 
@@ -89,55 +88,52 @@ _PLAIN = {
 }
 
 
-def store_rows(tasks: int, repeats: int) -> list[dict[str, Any]]:
-    """The frames of a generated store of ``tasks`` tasks beside read_sql and the shell."""
+def store_rows(
+    tasks: int, repeats: int, methods: tuple[str, ...] = tuple(_PLAIN)
+) -> list[dict[str, Any]]:
+    """The frames of a generated store of ``tasks`` tasks beside read_sql and the shell
+    (the store is made once and kept: ``common.generated_store``)."""
     import chongming_nb as cn
-    from chongming_nb.stores import SqliteStore
-    from chongming_nb.testing.history import generate_history
 
     shell = shutil.which("sqlite3")
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "history.db"
-        t0 = time.perf_counter()
-        store = SqliteStore(path)
-        generate_history(store, tasks)
-        store.close()
-        fill_s = time.perf_counter() - t0
-        reader = cn.open_store(str(path))
-        conn = sqlite3.connect(path)
-        try:
-            for method, plain in _PLAIN.items():
-                ours, base, sh = [], [], []
-                for _ in range(repeats):
-                    ours.append(timed(getattr(reader, method)))
-                    base.append(timed(lambda plain=plain: pd.read_sql(plain, conn)))
-                    if shell:
-                        cmd = [shell, "-batch", "-csv", str(path), plain]
-                        sh.append(
-                            timed(lambda cmd=cmd: subprocess.run(cmd, stdout=subprocess.DEVNULL))
-                        )
-                n = len(getattr(reader, method)())
-                o, b = min(ours), min(base)
-                rows.append(
-                    result(
-                        f"open_store().{method}() over {n:,} rows ({tasks:,} tasks)",
-                        round(o * 1e3, 1),
-                        "ms",
-                        peer={
-                            "pd.read_sql": round(b * 1e3, 1),
-                            "sqlite3 shell": round(min(sh) * 1e3, 1) if sh else None,
-                        },
-                        ratio=o / b if b else None,
-                        target="<= 1.2x pd.read_sql",
-                        passed=o <= 1.2 * b,
-                        rows=n,
-                        fill_seconds=round(fill_s, 1),
-                    )
+    t0 = time.perf_counter()
+    path = generated_store(tasks)
+    fill_s = time.perf_counter() - t0
+    reader = cn.open_store(str(path))
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        for method in methods:
+            plain = _PLAIN[method]
+            ours, base, sh = [], [], []
+            for _ in range(repeats):
+                ours.append(timed(getattr(reader, method)))
+                base.append(timed(lambda plain=plain: pd.read_sql(plain, conn)))
+                if shell:
+                    cmd = [shell, "-batch", "-readonly", "-csv", str(path), plain]
+                    sh.append(timed(lambda cmd=cmd: subprocess.run(cmd, stdout=subprocess.DEVNULL)))
+            n = len(getattr(reader, method)())
+            o, b = min(ours), min(base)
+            rows.append(
+                result(
+                    f"open_store().{method}() over {n:,} rows ({tasks:,} tasks)",
+                    round(o * 1e3, 1),
+                    "ms",
+                    peer={
+                        "pd.read_sql": round(b * 1e3, 1),
+                        "sqlite3 shell": round(min(sh) * 1e3, 1) if sh else None,
+                    },
+                    ratio=o / b if b else None,
+                    target="<= 1.2x pd.read_sql",
+                    passed=o <= 1.2 * b,
+                    rows=n,
+                    fill_seconds=round(fill_s, 1),
+                    load_1min=round(os.getloadavg()[0], 2),
                 )
-        finally:
-            conn.close()
-            reader.close()
+            )
+    finally:
+        conn.close()
+        reader.close()
     return rows
 
 

@@ -6,6 +6,7 @@ import gc
 import statistics
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 #: Keys every result row carries (the runner checks them).
@@ -65,3 +66,41 @@ def safe_ratio(a: float | None, b: float | None) -> float | None:
     if a is None or b is None or b == 0:
         return None
     return a / b
+
+
+def generated_store(tasks: int) -> Path:
+    """A SQLite store holding ``generate_history(store, tasks)`` (default arguments;
+    written by its SQL twin ``generate_history_sql``), made once and kept under the
+    temp directory, keyed on the size, the schema version
+    and the generator's source (a change to either makes a new file). Benchmarks only
+    read it: open it read-only, or copy it."""
+    import hashlib
+    import inspect
+    import os
+    import tempfile
+
+    from chongming_nb.stores import SqliteStore
+    from chongming_nb.stores.protocol import SCHEMA_VERSION
+    from chongming_nb.testing import history
+
+    digest = hashlib.sha256(inspect.getsource(history).encode()).hexdigest()[:12]
+    folder = Path(tempfile.gettempdir()) / "chongming-bench-history"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    path = folder / f"history-{tasks}-v{SCHEMA_VERSION}-{digest}.db"
+    if path.exists():
+        return path
+    part = folder / f".{path.name}.{os.getpid()}"
+    store = SqliteStore(part)
+    try:
+        history.generate_history_sql(store, tasks)
+    finally:
+        store.close()
+    import sqlite3
+
+    conn = sqlite3.connect(part)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    os.replace(part, path)
+    for side in ("-wal", "-shm"):
+        Path(f"{part}{side}").unlink(missing_ok=True)
+    return path

@@ -23,6 +23,7 @@ SIZES: dict[str, dict[str, dict[str, Any]]] = {
         "widget": {"tasks": 100, "seconds": 1.0},
         "output": {"megabytes": 1, "repeats": 1},
         "cell_loop": {"items": 20_000, "repeats": 2, "stop_trials": 3},
+        "history": {"tasks": [500, 2_000], "repeats": 1, "list_repeats": 3, "bytes_tasks": 300},
     },
     "full": {
         "overhead": {"items": 2_000_000, "calls": 2_000_000, "repeats": 5},
@@ -41,6 +42,12 @@ SIZES: dict[str, dict[str, dict[str, Any]]] = {
         "widget": {"tasks": 10_000, "seconds": 10.0},
         "output": {"megabytes": 8, "repeats": 3},
         "cell_loop": {"items": 2_000_000, "repeats": 5, "stop_trials": 21},
+        "history": {
+            "tasks": [100_000, 1_000_000],
+            "repeats": 3,
+            "list_repeats": 15,
+            "bytes_tasks": 5_000,
+        },
     },
 }
 

@@ -248,11 +248,17 @@ def recorded_call(
             json.dumps([list(args), kwargs])
         except (TypeError, ValueError):
             return None
+    # what is empty is left out: a call without arguments records {}
+    payload: dict[str, Any] = {}
+    if args:
+        payload["args"] = list(args)
+    if kwargs:
+        payload["kwargs"] = kwargs
     rec = EventRecord(
         event_id=f"call-{task_id}",
         task_id=task_id,
         at=now,
         type="TaskCall",
-        payload={"args": list(args), "kwargs": kwargs},
+        payload=payload,
     )
     return KeepRecord(rec)

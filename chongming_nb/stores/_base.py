@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Literal, Protocol
 
@@ -33,6 +34,7 @@ from chongming_nb.stores.protocol import (
     DROPPED_STREAM,
     LOG_ROW_OVERHEAD,
     LOG_TEXT_WEIGHT,
+    SCHEMA_VERSION,
     EventRecord,
     LogRecord,
     OwnerRecord,
@@ -54,6 +56,8 @@ __all__ = [
     "check_version",
     "ddl",
     "migrate",
+    "table_columns",
+    "tables",
     "upsert",
 ]
 
@@ -76,10 +80,11 @@ class Conn(Protocol):
     def execute(self, sql: Any, params: Any = ..., /) -> Any: ...
 
 
-def ddl(types: Mapping[str, str]) -> list[str]:
-    """The tables and indexes of schema version 1, in a backend's column types:
-    ``seq`` (an auto-increasing integer key), ``int``, ``time``, ``bool`` and ``keyed``
-    (what follows the closing parenthesis of a table with a composite primary key)."""
+def tables(types: Mapping[str, str]) -> list[str]:
+    """The tables (the same columns in every schema version), in a backend's column
+    types: ``seq`` (an auto-increasing integer key), ``int``, ``time``, ``bool`` and
+    ``keyed`` (what follows the closing parenthesis of a table with a composite
+    primary key)."""
     t = types
     return [
         "CREATE TABLE chongming_schema (version INTEGER NOT NULL)",
@@ -114,11 +119,6 @@ def ddl(types: Mapping[str, str]) -> list[str]:
             lease_until {t["time"]},
             overridden {t["bool"]} NOT NULL
         )""",
-        "CREATE INDEX tasks_status ON tasks(status)",
-        "CREATE INDEX tasks_run ON tasks(pipeline_run_id)",
-        "CREATE INDEX tasks_created ON tasks(created_at, seq)",
-        "CREATE INDEX tasks_bucket ON tasks(bucket)",
-        "CREATE INDEX tasks_owner ON tasks(lease_owner)",
         f"""CREATE TABLE transitions (
             task_id TEXT NOT NULL,
             version {t["int"]} NOT NULL,
@@ -153,7 +153,6 @@ def ddl(types: Mapping[str, str]) -> list[str]:
             line TEXT NOT NULL,
             level TEXT
         )""",
-        "CREATE INDEX logs_task ON logs(task_id, at, seq)",
         f"""CREATE TABLE events (
             seq {t["seq"]},
             event_id TEXT NOT NULL UNIQUE,
@@ -162,8 +161,6 @@ def ddl(types: Mapping[str, str]) -> list[str]:
             type TEXT NOT NULL,
             payload TEXT NOT NULL
         )""",
-        "CREATE INDEX events_task ON events(task_id, at, seq)",
-        "CREATE INDEX events_at ON events(at, seq)",
         f"""CREATE TABLE commands (
             seq {t["seq"]},
             command_id TEXT NOT NULL UNIQUE,
@@ -178,8 +175,6 @@ def ddl(types: Mapping[str, str]) -> list[str]:
             completed_at {t["time"]},
             outcome TEXT
         )""",
-        "CREATE INDEX commands_state ON commands(state, seq)",
-        "CREATE INDEX commands_task ON commands(task_id, seq)",
         f"""CREATE TABLE owners (
             owner_id TEXT PRIMARY KEY,
             host TEXT NOT NULL,
@@ -196,8 +191,73 @@ def ddl(types: Mapping[str, str]) -> list[str]:
             updated_at {t["time"]} NOT NULL,
             spec TEXT NOT NULL
         )""",
-        "CREATE INDEX runs_created ON runs(created_at)",
     ]
+
+
+#: The indexes every schema version has.
+_INDEXES = [
+    "CREATE INDEX tasks_created ON tasks(created_at, seq)",
+    "CREATE INDEX logs_task ON logs(task_id, at, seq)",
+    "CREATE INDEX commands_state ON commands(state, seq)",
+    "CREATE INDEX commands_task ON commands(task_id, seq)",
+    "CREATE INDEX runs_created ON runs(created_at)",
+]
+#: The indexes of schema version 1 that version 2 changes.
+_CHANGED_V1 = [
+    "CREATE INDEX tasks_status ON tasks(status)",
+    "CREATE INDEX tasks_run ON tasks(pipeline_run_id)",
+    "CREATE INDEX tasks_bucket ON tasks(bucket)",
+    "CREATE INDEX tasks_owner ON tasks(lease_owner)",
+    "CREATE INDEX events_task ON events(task_id, at, seq)",
+    "CREATE INDEX events_at ON events(at, seq)",
+]
+#: Their version 2 (see ``ddl``): a status filter reads its page in index
+#: order; run and bucket are indexed only where set (most tasks have neither); the
+#: owner's open tasks are found through the status index (``TaskQuery(owner=...,
+#: status=NON_TERMINAL)`` is the one query by owner), so lease_owner has none; events
+#: are read per task (a task has few; they are sorted by time once found), all of
+#: them at once only by ``events()`` without a task, which sorts them: their time is
+#: in no index.
+CHANGED_INDEXES = [
+    "CREATE INDEX tasks_status_created ON tasks(status, created_at, seq)",
+    "CREATE INDEX tasks_run ON tasks(pipeline_run_id) WHERE pipeline_run_id IS NOT NULL",
+    "CREATE INDEX tasks_bucket ON tasks(bucket) WHERE bucket IS NOT NULL",
+    "CREATE INDEX events_task ON events(task_id, seq)",
+]
+#: The names of ``_CHANGED_V1`` (version 2 drops them, then makes ``CHANGED_INDEXES``).
+DROPPED_INDEXES = [
+    "tasks_status",
+    "tasks_run",
+    "tasks_bucket",
+    "tasks_owner",
+    "events_task",
+    "events_at",
+]
+
+
+def ddl(types: Mapping[str, str], version: int = SCHEMA_VERSION) -> list[str]:
+    """The tables and indexes of schema ``version`` (1 or 2) in a backend's column
+    types (see ``tables``)."""
+    changed = _CHANGED_V1 if version == 1 else CHANGED_INDEXES
+    return [*tables(types), *changed, *_INDEXES]
+
+
+def table_columns() -> dict[str, list[tuple[str, bool]]]:
+    """Each table's columns in order, with whether the column holds a time (read off
+    ``tables`` written with a marker for the time type)."""
+    mark = "CHONGMING_TIME"
+    out: dict[str, list[tuple[str, bool]]] = {}
+    for stmt in tables(
+        {"seq": "INTEGER", "int": "INTEGER", "time": mark, "bool": "INTEGER", "keyed": ""}
+    ):
+        head, _, body = stmt.partition("(")
+        cols: list[tuple[str, bool]] = []
+        for line in body.splitlines():
+            words = line.replace(",", " ").replace(")", " ").split()
+            if words and words[0] != "PRIMARY":
+                cols.append((words[0], words[1] == mark))
+        out[head.split()[-1]] = cols
+    return out
 
 
 def check_version(version: int, target: int, fail: Any, *, readonly: bool = False) -> None:
@@ -221,18 +281,30 @@ def migrate(
     target: int,
     migrations: Mapping[int, Sequence[str]],
     fail: Any,
+    fresh: tuple[int, Sequence[str]] | None = None,
 ) -> int:
     """Bring a schema at ``version`` up to ``target`` inside the caller's transaction
-    (``migrations[v]`` brings ``v - 1`` to ``v``); ``fail(message)`` makes the error
-    for a schema newer than this release. Returns the version reached."""
+    (``migrations[v]`` brings ``v - 1`` to ``v``; an empty database, version 0, is
+    created by ``fresh``'s statements at its version when given, and migrated on from
+    there); ``fail(message)`` makes the error for a schema newer than this release.
+    Returns the version reached."""
     check_version(version, target, fail)
+    if version == 0 and fresh is not None and fresh[0] <= target:
+        for stmt in fresh[1]:
+            conn.execute(stmt)
+        version = fresh[0]
+        _stamp(conn, version)
     for step in range(version + 1, target + 1):
         for stmt in migrations[step]:
             conn.execute(stmt)
-        conn.execute("DELETE FROM chongming_schema")
-        conn.execute("INSERT INTO chongming_schema (version) VALUES (" + str(step) + ")")
+        _stamp(conn, step)
         version = step
     return version
+
+
+def _stamp(conn: Conn, version: int) -> None:
+    conn.execute("DELETE FROM chongming_schema")
+    conn.execute("INSERT INTO chongming_schema (version) VALUES (" + str(version) + ")")
 
 
 def _cols(columns: Sequence[str]) -> str:
@@ -375,6 +447,8 @@ class SqlStore(TouchViaTouchMany, WritesViaRecordBatch):
     """A ``TaskStore`` over a SQL database (see the module docstring)."""
 
     dialect: ClassVar[Dialect]
+    #: The backend keeps a ``task_counts`` table (status -> tasks) up to date.
+    _counted: ClassVar[bool] = False
 
     # ------------------------------------------------------ backend hooks
     def _read(self) -> AbstractContextManager[Any]:  # pragma: no cover - abstract
@@ -436,7 +510,7 @@ class SqlStore(TouchViaTouchMany, WritesViaRecordBatch):
     def query(self, query: TaskQuery | None = None) -> list[TaskSnapshot]:
         q = query or TaskQuery()
         where, params = task_where(q, self.dialect)
-        sql = f"{_SELECT_TASK} {where} {task_order(q.order)}"
+        sql = f"{_SELECT_TASK} {where} {task_order(q.order, self.dialect)}"
         if q.limit is not None:
             sql += " LIMIT ?"
             params.append(q.limit)
@@ -490,11 +564,19 @@ class SqlStore(TouchViaTouchMany, WritesViaRecordBatch):
         return snaps, f"{rows[-1]['seq']}:{codec.dt_to_text(last.created_at) or ''}"
 
     def counts(self, query: TaskQuery | None = None) -> dict[TaskStatus, int]:
-        where, params = task_where(query or TaskQuery(), self.dialect)
+        q = query or TaskQuery()
         out = dict.fromkeys(TaskStatus, 0)
-        for r in self._fetch(
-            f"SELECT status, COUNT(*) AS n FROM tasks {where} GROUP BY status", params
-        ):
+        if self._counted and replace(q, status=None, limit=None, order="newest") == TaskQuery():
+            # nothing but statuses asked: the kept counts, not a pass over the tasks
+            rows = self._fetch("SELECT status, n FROM task_counts WHERE n > 0")
+            if q.status is not None:
+                rows = [r for r in rows if TaskStatus(r["status"]) in q.status]
+        else:
+            where, params = task_where(q, self.dialect)
+            rows = self._fetch(
+                f"SELECT status, COUNT(*) AS n FROM tasks {where} GROUP BY status", params
+            )
+        for r in rows:
             out[TaskStatus(r["status"])] = int(r["n"])
         return out
 
@@ -776,7 +858,7 @@ class SqlStore(TouchViaTouchMany, WritesViaRecordBatch):
             table, time_col, by = _FRAME_ROWS[kind]
             picked = f"SELECT seq, task_id, name, created_at FROM tasks {where}"
             if q.limit is not None:
-                picked += f" {task_order('newest')} LIMIT ?"
+                picked += f" {task_order('newest', d)} LIMIT ?"
                 params.append(q.limit)
             sql = (
                 f"{_frame_select(d, kind)} FROM ({picked}) AS t "
@@ -853,7 +935,7 @@ class SqlStore(TouchViaTouchMany, WritesViaRecordBatch):
             cur = conn.execute(
                 self._sql(
                     "DELETE FROM tasks WHERE seq IN (SELECT seq FROM tasks "
-                    f"WHERE {status_sql} {task_order('newest')} "
+                    f"WHERE {status_sql} {task_order('newest', self.dialect)} "
                     f"LIMIT {self.dialect.no_limit} OFFSET ?)"
                 ),
                 [*params, keep_terminal],

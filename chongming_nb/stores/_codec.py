@@ -1,8 +1,9 @@
 """Row codec shared by the SQL backends: models <-> flat rows, with full fidelity.
 
 Rows are dicts keyed by column name. Datetimes stay aware ``datetime`` objects
-normalised to UTC (the SQLite backend turns them into fixed-width ISO text with
-``dt_to_text`` so that text order is time order; PostgreSQL stores ``timestamptz``).
+normalised to UTC (the SQLite backend stores them as integer microseconds since the
+epoch, ``dt_to_micros``; schema version 1 stored fixed-width ISO text, ``dt_to_text``;
+PostgreSQL stores ``timestamptz``).
 Nested values (tags, deps, progress, failure, outcome, args, payloads, specs) are
 JSON text. Enums are stored by value.
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from chongming_nb.core.errors import StoreError
@@ -74,9 +75,26 @@ def dt_to_text(value: datetime | None) -> str | None:
     return d.isoformat(timespec="microseconds")
 
 
-def text_to_dt(value: str | datetime | None) -> datetime | None:
+#: The epoch, and one microsecond: a SQLite time is ``(t - EPOCH) // MICROSECOND``.
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MICROSECOND = timedelta(microseconds=1)
+
+
+def dt_to_micros(value: datetime | None) -> int | None:
+    """Integer microseconds since the epoch (exact; order is time order)."""
     if value is None:
         return None
+    return (value - EPOCH) // MICROSECOND
+
+
+def text_to_dt(value: str | int | datetime | None) -> datetime | None:
+    """A stored time as an aware UTC datetime: integer microseconds since the epoch
+    (SQLite), ISO text (SQLite schema version 1, page cursors) or a datetime
+    (PostgreSQL)."""
+    if value is None:
+        return None
+    if isinstance(value, int):
+        return EPOCH + timedelta(microseconds=value)
     if isinstance(value, datetime):
         if value.tzinfo is None:
             return value.replace(tzinfo=UTC)
@@ -87,7 +105,7 @@ def text_to_dt(value: str | datetime | None) -> datetime | None:
     return d.astimezone(UTC) if d.tzinfo is not UTC else d
 
 
-def text_to_dt_req(value: str | datetime) -> datetime:
+def text_to_dt_req(value: str | int | datetime) -> datetime:
     out = text_to_dt(value)
     assert out is not None
     return out

@@ -7,7 +7,7 @@ import json
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from chongming_nb.core.errors import ConcurrencyConflict, StoreError
@@ -54,11 +54,8 @@ class Dialect:
 
     def micros(self, column: str) -> str:
         """A stored time as integer microseconds since the epoch (NULL stays NULL)."""
-        if self.name == "sqlite":  # fixed-width UTC text: seconds, then the fraction
-            return (
-                f"({_EPOCH.format(f'substr({column}, 1, 19)')} * 1000000"
-                f" + CAST(substr({column}, 21, 6) AS INTEGER))"
-            )
+        if self.name == "sqlite":  # stored so
+            return column
         return f"CAST(EXTRACT(EPOCH FROM {column}) * 1000000 AS BIGINT)"
 
     def json_field(self, column: str, key: str) -> str:
@@ -95,6 +92,17 @@ _EPOCH = (
     if sqlite3.sqlite_version_info >= (3, 38)
     else "CAST(strftime('%s', {}) AS INTEGER)"
 )
+
+
+def text_micros(column: str) -> str:
+    """SQLite: the fixed-width UTC text of a time (schema version 1, ``dt_to_text``)
+    as integer microseconds since the epoch: seconds, then the fraction."""
+    return (
+        f"({_EPOCH.format(f'substr({column}, 1, 19)')} * 1000000"
+        f" + CAST(substr({column}, 21, 6) AS INTEGER))"
+    )
+
+
 SQLITE = Dialect(
     "sqlite",
     claim_lock="",
@@ -102,7 +110,7 @@ SQLITE = Dialect(
     types={
         "seq": "INTEGER PRIMARY KEY AUTOINCREMENT",
         "int": "INTEGER",
-        "time": "TEXT",
+        "time": "INTEGER",
         "bool": "INTEGER",
         "keyed": " WITHOUT ROWID",
     },
@@ -126,9 +134,13 @@ def task_where(q: TaskQuery, d: Dialect) -> tuple[str, list[Any]]:
     parts: list[str] = []
     params: list[Any] = []
     if q.status is not None:
-        sql, p = d.in_list("status", sorted(s.value for s in q.status))
-        parts.append(sql)
-        params += p
+        if len(q.status) == 1:  # the (status, created_at, seq) index reads it in order
+            parts.append("status = ?")
+            params.append(TaskStatus(next(iter(q.status))).value)
+        else:
+            sql, p = d.in_list("status", sorted(s.value for s in q.status))
+            parts.append(sql)
+            params += p
     if q.tag is not None:
         parts.append(d.has_tag())
         params.append(q.tag)
@@ -166,9 +178,13 @@ def purge_statuses(status: frozenset[TaskStatus] | None) -> list[str]:
     return sorted(TaskStatus(s).value for s in status)
 
 
-def task_order(order: str) -> str:
-    """Newest (or oldest) first by created_at, ties by creation order, undated last."""
+def task_order(order: str, d: Dialect | None = None) -> str:
+    """Newest (or oldest) first by created_at, ties by creation order, undated last.
+    SQLite sorts NULL last descending by itself: newest first there reads the
+    (created_at, seq) index backwards instead of sorting every row."""
     direction = "DESC" if order == "newest" else "ASC"
+    if d is not None and d.name == "sqlite" and order == "newest":
+        return "ORDER BY created_at DESC, seq DESC"
     return f"ORDER BY (created_at IS NULL), created_at {direction}, seq {direction}"
 
 
@@ -195,9 +211,10 @@ def collapse(items: Sequence[SaveItem]) -> list[tuple[TaskSnapshot, int | None]]
 #
 # Both SQL backends write the same rows: tuples in the column order of
 # ``codec.*_COLUMNS``. They differ only in how a time is stored, given as ``tx``: SQLite
-# stores fixed-width UTC text (``text_times()``), PostgreSQL the aware datetime itself
-# (``same_time``). A ``tx`` accepts only None or an aware UTC ``datetime`` (the common
-# case) and raises ``_NotUtc`` otherwise; the builders then validate the record through
+# stores integer microseconds since the epoch (``micros_times()``), PostgreSQL the aware
+# datetime itself (``same_time``). A ``tx`` accepts only None or an aware UTC
+# ``datetime`` (the common case) and raises ``_NotUtc`` otherwise; the builders then
+# validate the record through
 # the codec (a naive or non-datetime time is a StoreError naming the field; another
 # zone is converted to UTC) and build the row with ``safe`` instead.
 
@@ -208,64 +225,40 @@ class NotUtc(Exception):
     """A time that is not None or an aware UTC datetime (the slow path handles it)."""
 
 
-#: Zero-padded digits for ``time_text`` (indexing a list beats formatting an int).
-_D3 = [f"{i:03d}" for i in range(1000)]
-#: ``YYYY-MM-DDTHH:MM:SS.`` of the seconds of a day, by seconds after its start (an
-#: hour before the first time formatted; a time a day later starts a new one): times
-#: written together fall in few seconds, and a subtraction finds the second of a time
-#: at a fraction of the cost of reading its fields. Replaced whole, by one assignment.
-_DAY: tuple[datetime, dict[int, str]] = (datetime(1970, 1, 1, tzinfo=UTC), {})
-_MAX_HEADS = 4096
-_HOUR = timedelta(hours=1)
+_EPOCH_UTC = codec.EPOCH
+_US = codec.MICROSECOND
 
-#: The SQLite text of datetime objects written lately, by ``id``: a task's times recur
-#: in its snapshot, transitions, attempt and events as the same objects, and in the
-#: next batches again. Keyed by identity, which is cheap, unlike hashing an aware
-#: datetime; each entry holds its object, so no id is reused while the entry lives
-#: (and a hit is the very object). Emptied by ``text_times`` past ``_MAX_TEXTS``.
-TEXTS: dict[int, tuple[datetime, str]] = {}
-_MAX_TEXTS = 32768
+#: The SQLite value (integer microseconds since the epoch) of datetime objects written
+#: lately, by ``id``: a task's times recur in its snapshot, transitions, attempt and
+#: events as the same objects, and in the next batches again. Keyed by identity,
+#: which is cheap, unlike hashing an aware datetime; each entry holds its object, so
+#: no id is reused while the entry lives (and a hit is the very object). Emptied by
+#: ``micros_times`` past ``_MAX_TIMES``.
+TIMES: dict[int, tuple[datetime, int]] = {}
+_MAX_TIMES = 32768
 
 
-def time_text(value: Any) -> tuple[datetime, str]:
-    """``(value, codec.dt_to_text(value))`` for an aware UTC datetime (``NotUtc`` for
-    anything else), kept in ``TEXTS``. ``(TEXTS.get(id(t)) or time_text(t))[1]`` is
-    the text of ``t`` without a Python call when it was written lately."""
+def time_micros(value: Any) -> tuple[datetime, int]:
+    """``(value, codec.dt_to_micros(value))`` for an aware UTC datetime (``NotUtc`` for
+    anything else), kept in ``TIMES``. ``(TIMES.get(id(t)) or time_micros(t))[1]`` is
+    the value of ``t`` without a Python call when it was written lately."""
     if value.__class__ is not datetime or value.tzinfo is not UTC:
         raise NotUtc
-    # codec.dt_to_text (isoformat) of a UTC datetime, at a third of its cost
-    global _DAY
-    start, heads = _DAY
-    since = value - start
-    if since.days:
-        if since.days < 0:  # before the day: formatted in full
-            text = value.replace(tzinfo=None).isoformat(timespec="microseconds") + "+00:00"
-            entry = TEXTS[id(value)] = (value, text)
-            return entry
-        start, heads = _DAY = (value.replace(microsecond=0) - _HOUR, {})
-        since = value - start
-    second = since.seconds
-    head = heads.get(second)
-    if head is None:
-        if len(heads) >= _MAX_HEADS:
-            heads.clear()
-        head = heads[second] = value.replace(microsecond=0, tzinfo=None).isoformat() + "."
-    us = value.microsecond
-    entry = TEXTS[id(value)] = (value, f"{head}{_D3[us // 1000]}{_D3[us % 1000]}+00:00")
+    entry = TIMES[id(value)] = (value, (value - _EPOCH_UTC) // _US)
     return entry
 
 
-def text_times() -> Times:
-    """SQLite's ``tx`` for one batch: None stays None, a datetime's text comes from
-    ``TEXTS`` or ``time_text``."""
-    if len(TEXTS) > _MAX_TEXTS:
-        TEXTS.clear()  # between batches: a batch's own times stay while it is built
-    get = TEXTS.get
+def micros_times() -> Times:
+    """SQLite's ``tx`` for one batch: None stays None, a datetime's value comes from
+    ``TIMES`` or ``time_micros``."""
+    if len(TIMES) > _MAX_TIMES:
+        TIMES.clear()  # between batches: a batch's own times stay while it is built
+    get = TIMES.get
 
-    def tx(value: Any) -> str | None:
+    def tx(value: Any) -> int | None:
         if value is None:
             return None
-        return (get(id(value)) or time_text(value))[1]
+        return (get(id(value)) or time_micros(value))[1]
 
     return tx
 

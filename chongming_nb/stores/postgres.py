@@ -34,7 +34,15 @@ from chongming_nb.core.errors import StoreError
 from chongming_nb.core.models import AttemptRecord, Transition
 from chongming_nb.stores import _codec as codec
 from chongming_nb.stores import _sql
-from chongming_nb.stores._base import SqlStore, check_version, ddl, migrate, upsert
+from chongming_nb.stores._base import (
+    CHANGED_INDEXES,
+    DROPPED_INDEXES,
+    SqlStore,
+    check_version,
+    ddl,
+    migrate,
+    upsert,
+)
 from chongming_nb.stores._target import parse_target, redact, split_schema
 from chongming_nb.stores.protocol import SCHEMA_VERSION, EventRecord, LogRecord, SaveItem, Touch
 
@@ -43,7 +51,13 @@ __all__ = ["MIGRATIONS", "PostgresStore"]
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 #: Schema migrations: target version -> statements that bring version-1 up to it.
-MIGRATIONS: dict[int, list[str]] = {1: ddl(_sql.POSTGRES.types)}
+MIGRATIONS: dict[int, list[str]] = {
+    1: ddl(_sql.POSTGRES.types, 1),
+    # version 2: the indexes (times were timestamptz already)
+    2: [*(f"DROP INDEX {name}" for name in DROPPED_INDEXES), *CHANGED_INDEXES],
+}
+#: A new schema: the current tables at once.
+FRESH: tuple[int, list[str]] = (2, ddl(_sql.POSTGRES.types, 2))
 
 
 def _insert(table: str, columns: Sequence[str], tail: str = "") -> str:
@@ -161,7 +175,9 @@ class PostgresStore(SqlStore):
                         + ", ".join(sorted(tables))
                         + "); refusing to touch it"
                     )
-                version = migrate(conn, version, SCHEMA_VERSION, MIGRATIONS, self._fail)
+                version = migrate(
+                    conn, version, SCHEMA_VERSION, MIGRATIONS, self._fail, fresh=FRESH
+                )
         except psycopg.Error as exc:
             raise self._fail("cannot read or migrate the schema", exc) from exc
         self._schema = version

@@ -68,7 +68,7 @@ __all__ = [
 ]
 
 #: The schema version the durable backends of this release write.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 QueryOrder = Literal["newest", "oldest"]
 

@@ -44,7 +44,7 @@ from chongming_nb.core.models import (
 )
 from chongming_nb.stores import _codec as codec
 from chongming_nb.stores import _sql
-from chongming_nb.stores._base import SqlStore, check_version, ddl, migrate
+from chongming_nb.stores._base import SqlStore, check_version, ddl, migrate, table_columns, tables
 from chongming_nb.stores._codec import encode
 from chongming_nb.stores.protocol import (
     SCHEMA_VERSION,
@@ -116,8 +116,63 @@ def _file_key(path: Path) -> tuple[int, int] | None:
     return (st.st_dev, st.st_ino)
 
 
+#: Kept per status by triggers, so the status counts (the sidebar's, on every poll)
+#: read a handful of rows instead of every task.
+_COUNTS = [
+    "CREATE TABLE task_counts (status TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID",
+    """CREATE TRIGGER task_counts_insert AFTER INSERT ON tasks BEGIN
+        INSERT INTO task_counts (status, n) VALUES (NEW.status, 1)
+        ON CONFLICT (status) DO UPDATE SET n = n + 1;
+    END""",
+    """CREATE TRIGGER task_counts_delete AFTER DELETE ON tasks BEGIN
+        UPDATE task_counts SET n = n - 1 WHERE status = OLD.status;
+    END""",
+    """CREATE TRIGGER task_counts_update AFTER UPDATE OF status ON tasks
+    WHEN OLD.status IS NOT NEW.status BEGIN
+        UPDATE task_counts SET n = n - 1 WHERE status = OLD.status;
+        INSERT INTO task_counts (status, n) VALUES (NEW.status, 1)
+        ON CONFLICT (status) DO UPDATE SET n = n + 1;
+    END""",
+]
+#: Version 1 stored times as fixed-width ISO text (``codec.dt_to_text``).
+_V1_TYPES = {**_sql.SQLITE.types, "time": "TEXT"}
+
+
+def _to_v2() -> list[str]:
+    """Version 1 -> 2: times become integer microseconds since the epoch (each table
+    with a time is rebuilt: a column's type cannot change in place, and a TEXT column
+    would turn the integers back into text), new task indexes, the status counts."""
+    out: list[str] = []
+    new = {stmt.split()[2]: stmt for stmt in tables(_sql.SQLITE.types)}
+    for name, cols in table_columns().items():
+        if not any(timed for _, timed in cols):
+            continue
+        names = ", ".join(c for c, _ in cols)
+        values = ", ".join(_sql.text_micros(c) if timed else c for c, timed in cols)
+        tmp = f"{name}__v2"
+        out += [
+            new[name].replace(f"CREATE TABLE {name} (", f"CREATE TABLE {tmp} (", 1),
+            f"INSERT INTO {tmp} ({names}) SELECT {values} FROM {name}",
+        ]
+        if cols[0][0] == "seq":  # AUTOINCREMENT: never reuse a number handed out
+            out += [
+                f"DELETE FROM sqlite_sequence WHERE name = '{tmp}'",
+                f"INSERT INTO sqlite_sequence (name, seq) "
+                f"SELECT '{tmp}', seq FROM sqlite_sequence WHERE name = '{name}'",
+            ]
+        out += [f"DROP TABLE {name}", f"ALTER TABLE {tmp} RENAME TO {name}"]
+    out += [stmt for stmt in ddl(_sql.SQLITE.types, 2) if stmt.startswith("CREATE INDEX")]
+    out += _COUNTS
+    out.append(
+        "INSERT INTO task_counts (status, n) SELECT status, COUNT(*) FROM tasks GROUP BY status"
+    )
+    return out
+
+
 #: Schema migrations: target version -> statements that bring version-1 up to it.
-MIGRATIONS: dict[int, list[str]] = {1: ddl(_sql.SQLITE.types)}
+MIGRATIONS: dict[int, list[str]] = {1: ddl(_V1_TYPES, 1), 2: _to_v2()}
+#: A new file: the current schema at once.
+FRESH: tuple[int, list[str]] = (2, [*ddl(_sql.SQLITE.types, 2), *_COUNTS])
 
 
 # ------------------------------------------------------------------ batch writes
@@ -142,9 +197,9 @@ MIGRATIONS: dict[int, list[str]] = {1: ddl(_sql.SQLITE.types)}
 #: row per step. 256 rows of 28 task columns stay far below SQLite's limit of 32766
 #: parameters.
 _SIZES = (256, 64, 16, 4)
-#: ``(_text(id(t)) or _time_text(t))[1]``: the text of a time (see ``_sql.TEXTS``).
-_text = _sql.TEXTS.get
-_time_text = _sql.time_text
+#: ``(_known(id(t)) or _micros(t))[1]``: the stored value of a time (see ``_sql.TIMES``).
+_known = _sql.TIMES.get
+_micros = _sql.time_micros
 
 
 class _Many:
@@ -261,8 +316,8 @@ def _usual_task(s: TaskSnapshot) -> tuple[Any, ...] | None:
             s.status_version,
             s.attempt,
             s.max_attempts,
-            (_text(id(created)) or _time_text(created))[1],
-            None if queued is None else (_text(id(queued)) or _time_text(queued))[1],
+            (_known(id(created)) or _micros(created))[1],
+            None if queued is None else (_known(id(queued)) or _micros(queued))[1],
             s.executor,
             s.priority,
             encode(list(deps)) if deps else "[]",
@@ -275,11 +330,11 @@ def _usual_task(s: TaskSnapshot) -> tuple[Any, ...] | None:
         s.status_version,
         s.attempt,
         s.max_attempts,
-        (_text(id(created)) or _time_text(created))[1],
-        None if queued is None else (_text(id(queued)) or _time_text(queued))[1],
-        None if started is None else (_text(id(started)) or _time_text(started))[1],
-        None if ended is None else (_text(id(ended)) or _time_text(ended))[1],
-        None if beat is None else (_text(id(beat)) or _time_text(beat))[1],
+        (_known(id(created)) or _micros(created))[1],
+        None if queued is None else (_known(id(queued)) or _micros(queued))[1],
+        None if started is None else (_known(id(started)) or _micros(started))[1],
+        None if ended is None else (_known(id(ended)) or _micros(ended))[1],
+        None if beat is None else (_known(id(beat)) or _micros(beat))[1],
         None if out is None else encode(out),
         s.executor,
         s.priority,
@@ -394,7 +449,7 @@ def _usual_transitions(
     for t in transitions:
         if t.reason is None and not t.override:
             try:
-                at = (_text(id(t.at)) or _time_text(t.at))[1]  # NotUtc for None
+                at = (_known(id(t.at)) or _micros(t.at))[1]  # NotUtc for None
                 kind = (t.from_status._value_, t.to_status._value_, t.trigger, t.actor)
             except Exception:  # the checking builder names what is wrong
                 other.append(t)
@@ -444,8 +499,8 @@ def _usual_attempt(a: AttemptRecord) -> tuple[Any, ...] | None:
         return (
             a.task_id,
             a.attempt,
-            (_text(id(started)) or _time_text(started))[1],  # NotUtc for None
-            None if ended is None else (_text(id(ended)) or _time_text(ended))[1],
+            (_known(id(started)) or _micros(started))[1],  # NotUtc for None
+            None if ended is None else (_known(id(ended)) or _micros(ended))[1],
             None if outcome is None else outcome._value_,
             a.executor,
         )
@@ -488,8 +543,8 @@ class _BatchRows:
         logs: Sequence[tuple[str, Sequence[LogRecord]]],
         touches: Sequence[Touch],
     ) -> None:
-        self.tx = tx = _sql.text_times()
-        self.safe = safe = codec.dt_to_text
+        self.tx = tx = _sql.micros_times()
+        self.safe = safe = codec.dt_to_micros
         creates: list[tuple[_Many, list[tuple[Any, ...]]]] = []
         usual_updates: dict[_Many, list[tuple[Any, ...]]] = {}
         updates: list[tuple[Any, ...]] = []
@@ -556,6 +611,7 @@ class SqliteStore(SqlStore):
     """A ``TaskStore`` in one SQLite file. ``path`` may be ``~``-relative."""
 
     dialect = _sql.SQLITE
+    _counted = True
 
     def __init__(
         self,
@@ -775,7 +831,9 @@ class SqliteStore(SqlStore):
                         + ", ".join(sorted(tables))
                         + "); refusing to touch it"
                     )
-                version = migrate(conn, version, SCHEMA_VERSION, MIGRATIONS, self._fail)
+                version = migrate(
+                    conn, version, SCHEMA_VERSION, MIGRATIONS, self._fail, fresh=FRESH
+                )
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -801,8 +859,8 @@ class SqliteStore(SqlStore):
     def __repr__(self) -> str:
         return f"SqliteStore({str(self._path)!r})"
 
-    def _t(self, value: datetime | None) -> str | None:
-        return codec.dt_to_text(value)
+    def _t(self, value: datetime | None) -> int | None:
+        return codec.dt_to_micros(value)
 
     def _db(self) -> sqlite3.Connection:
         if self._closed:

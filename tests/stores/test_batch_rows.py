@@ -22,8 +22,8 @@ from chongming_nb.core.models import AttemptRecord, FailureKind, Progress, TaskS
 from chongming_nb.core.states import RequestedAction, TaskStatus
 from chongming_nb.stores import SqliteStore, TaskQuery, TaskStore
 from chongming_nb.stores import sqlite as sqlite_mod
-from chongming_nb.stores._codec import dt_to_text
-from chongming_nb.stores._sql import text_times
+from chongming_nb.stores._codec import dt_to_micros, text_to_dt
+from chongming_nb.stores._sql import micros_times
 from chongming_nb.testing.store_contract import T0, at, full_snapshot, snap, transition
 
 S = TaskStatus
@@ -257,10 +257,10 @@ def test_kinds_past_the_limit_still_land(tmp_path: Path, monkeypatch: pytest.Mon
         store.close()
 
 
-def test_text_times_over_many_seconds_match_the_codec() -> None:
-    """Times of many days, forward and back: the per-second prefixes start over each
-    day and are dropped past their bound; each text stays the codec's."""
-    tx = text_times()
+def test_micros_times_over_many_days_match_the_codec() -> None:
+    """Times of many days, forward and back: each value is the codec's, and reads back
+    as the very time."""
+    tx = micros_times()
     start = datetime(1999, 12, 31, 23, 59, 58, tzinfo=UTC)
     for k in range(6000):  # forward over days, backward before them, microsecond 0
         for value in (
@@ -268,5 +268,6 @@ def test_text_times_over_many_seconds_match_the_codec() -> None:
             start - timedelta(seconds=k * 13, microseconds=k * 7919 % 1_000_000),
             start + timedelta(seconds=k),
         ):
-            assert tx(value) == dt_to_text(value)
-    assert tx(T0) == dt_to_text(T0)
+            assert tx(value) == dt_to_micros(value)
+            assert text_to_dt(tx(value)) == value
+    assert tx(T0) == dt_to_micros(T0)

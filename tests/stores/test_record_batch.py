@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -22,8 +23,8 @@ from chongming_nb.core.errors import ConcurrencyConflict, StoreError
 from chongming_nb.core.models import AttemptRecord, Progress
 from chongming_nb.core.states import TaskStatus
 from chongming_nb.stores import TaskStore
-from chongming_nb.stores._codec import dt_to_text
-from chongming_nb.stores._sql import same_time, text_times, touch_rows
+from chongming_nb.stores._codec import dt_to_micros, dt_to_text, text_to_dt
+from chongming_nb.stores._sql import micros_times, same_time, text_micros, touch_rows
 from chongming_nb.stores.protocol import LogRecord, Touch
 from chongming_nb.testing.store_contract import T0, at, full_snapshot, snap, transition
 
@@ -177,16 +178,23 @@ def test_record_batch_is_one_transaction(store: TaskStore) -> None:
     assert got is not None and got.pid is None and got.status_version == 0
 
 
-def test_text_times_match_the_codec() -> None:
-    tx = text_times()
+def test_micros_times_match_the_codec_and_the_version_1_text() -> None:
+    """A time's stored value is the codec's, reads back exactly, and is what the
+    migration from version 1 makes of the text that version wrote."""
+    tx = micros_times()
     samples = [
         T0,
         datetime(1, 1, 1, tzinfo=UTC),
         datetime(999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+        datetime(1969, 12, 31, 23, 59, 59, 1, tzinfo=UTC),
         datetime(2026, 7, 4, 5, 6, 7, 0, tzinfo=UTC),
         datetime(9999, 12, 31, 0, 0, 0, 10, tzinfo=UTC),
     ]
+    conn = sqlite3.connect(":memory:")
     for value in samples:
-        assert tx(value) == dt_to_text(value)
-        assert tx(value) == dt_to_text(value)  # from the memo
+        assert tx(value) == dt_to_micros(value)
+        assert tx(value) == dt_to_micros(value)  # from the memo
+        assert text_to_dt(tx(value)) == value
+        (migrated,) = conn.execute(f"SELECT {text_micros('?')}", [dt_to_text(value)] * 2).fetchone()
+        assert migrated == tx(value), value
     assert tx(None) is None

@@ -33,7 +33,7 @@ def test_new_file_is_private_and_wal(tmp_path: Path) -> None:
     raw = sqlite3.connect(path)
     assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     indexes = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='index'")}
-    assert {"tasks_status", "tasks_run", "tasks_created", "tasks_bucket", "tasks_owner"} <= indexes
+    assert {"tasks_status_created", "tasks_run", "tasks_created", "tasks_bucket"} <= indexes
     assert raw.execute("SELECT version FROM chongming_schema").fetchone()[0] == SCHEMA_VERSION
     raw.close()
     reopened = SqliteStore(path)

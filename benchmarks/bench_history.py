@@ -1,0 +1,146 @@
+"""History at scale (issue 21): frames, lists and bytes per task on big SQLite stores.
+
+1. ``cn.open_store(db).snapshots_df()`` / ``attempts_df()`` (and ``transitions_df()``
+   below a million tasks) on generated histories of each size in ``tasks``
+   (``chongming_nb.testing.history``, made once and kept under the temp directory:
+   ``common.generated_store``), each beside ``pd.read_sql`` of the same rows and the
+   ``sqlite3`` shell printing them, in the same run (``bench_frames.store_rows``).
+   Target: <= 1.2x ``pd.read_sql``.
+2. ``chongming ps --limit 20`` (in this process: parsing, opening the store read-only,
+   one page, the table) and the first page of the REST list (``store.page`` of the
+   handler's default 500 rows + ``store.counts()``, what the handler reads) on the
+   largest store beside the same on an empty store. Target: <= 1.5x the empty store.
+3. Bytes of SQLite store per finished no-op task: ``bytes_tasks`` no-op tasks through a
+   ``Controller``; the file's growth over the empty store's, each after a checkpoint
+   and a VACUUM. Target: <= 800 bytes.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sqlite3
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from benchmarks.bench_frames import store_rows
+from benchmarks.common import generated_store, result, timed
+from benchmarks.sizes import size_of
+
+#: The REST list's default page (``server.handlers.DEFAULT_LIMIT``; not imported: it
+#: would load the Jupyter server).
+REST_PAGE = 500
+#: Frames measured at a million tasks and more (transitions_df is ~5 rows a task).
+_BIG_FRAMES = ("snapshots_df", "attempts_df")
+
+
+def _load() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def _ps(path: Path) -> float:
+    from chongming_nb.cli.main import main
+
+    out = io.StringIO()
+
+    def call() -> None:
+        if main(["--store", str(path), "ps", "--limit", "20"], out=out, err=io.StringIO()):
+            raise RuntimeError(f"ps failed on {path}")
+
+    return timed(call)
+
+
+def _first_page(path: Path) -> float:
+    from chongming_nb.stores import SqliteStore, TaskQuery
+
+    store = SqliteStore(path, readonly=True)
+    try:
+        return timed(lambda: (store.page(TaskQuery(limit=REST_PAGE)), store.counts()))
+    finally:
+        store.close()
+
+
+def list_rows(tasks: int, repeats: int) -> list[dict[str, Any]]:
+    empty, big = generated_store(0), generated_store(tasks)
+    rows = []
+    for what, fn in (
+        ("chongming ps --limit 20", _ps),
+        (f"REST list first page ({REST_PAGE} rows) + status counts", _first_page),
+    ):
+        fn(big), fn(empty)  # warm: imports, the file's pages in the OS cache
+        ours, peer = [], []
+        for _ in range(repeats):
+            ours.append(fn(big))
+            peer.append(fn(empty))
+        o, p = min(ours), min(peer)
+        rows.append(
+            result(
+                f"{what}: store of {tasks:,} tasks vs an empty store",
+                round(o * 1e3, 2),
+                "ms",
+                peer={"empty store": round(p * 1e3, 2)},
+                ratio=o / p if p else None,
+                target="<= 1.5x the empty store",
+                passed=o <= 1.5 * p,
+                samples_ms=[round(x * 1e3, 2) for x in ours],
+                peer_samples_ms=[round(x * 1e3, 2) for x in peer],
+                load_1min=_load(),
+            )
+        )
+    return rows
+
+
+def _vacuumed_size(path: Path) -> int:
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.execute("VACUUM")
+    finally:
+        conn.close()
+    return path.stat().st_size
+
+
+def _noop() -> None:
+    return None
+
+
+def bytes_row(n: int) -> dict[str, Any]:
+    from chongming_nb import Controller
+    from chongming_nb.stores import SqliteStore
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "bytes.db"
+        SqliteStore(path).close()
+        empty = _vacuumed_size(path)
+        ctl = Controller(store=SqliteStore(path))
+        try:
+            handles = [ctl.submit(_noop) for _ in range(n)]
+            for h in handles:
+                h.result(timeout=600)
+        finally:
+            ctl.close()
+        full = _vacuumed_size(path)
+    per_task = (full - empty) / n
+    return result(
+        f"SQLite store per finished no-op task ({n:,} tasks through a Controller; "
+        "growth over the empty store, after a checkpoint and VACUUM)",
+        round(per_task, 1),
+        "bytes",
+        target="<= 800 bytes",
+        passed=per_task <= 800,
+        empty_store_bytes=empty,
+        file_bytes=full,
+        load_1min=_load(),
+    )
+
+
+def run(size: str) -> list[dict[str, Any]]:
+    p = size_of(size, "history")
+    sizes, repeats = [int(n) for n in p["tasks"]], int(p["repeats"])
+    rows: list[dict[str, Any]] = [bytes_row(int(p["bytes_tasks"]))]
+    for n in sizes:
+        methods = _BIG_FRAMES if n >= 1_000_000 else ("snapshots_df", "attempts_df", "transitions_df")
+        rows += store_rows(n, repeats, methods)
+    rows += list_rows(max(sizes), int(p["list_repeats"]))
+    return rows
