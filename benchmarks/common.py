@@ -70,7 +70,7 @@ def safe_ratio(a: float | None, b: float | None) -> float | None:
 
 def generated_store(tasks: int) -> Path:
     """A SQLite store holding ``generate_history(store, tasks)`` (default arguments;
-    written by its SQL twin ``generate_history_sql``), made once and kept under the
+    written by SQL: ``sql=True``), made once and kept under the
     temp directory, keyed on the size, the schema version
     and the generator's source (a change to either makes a new file). Benchmarks only
     read it: open it read-only, or copy it."""
@@ -92,7 +92,7 @@ def generated_store(tasks: int) -> Path:
     part = folder / f".{path.name}.{os.getpid()}"
     store = SqliteStore(part)
     try:
-        history.generate_history_sql(store, tasks)
+        history.generate_history(store, tasks, sql=True)
     finally:
         store.close()
     import sqlite3

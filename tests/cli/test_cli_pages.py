@@ -1,6 +1,6 @@
 """``chongming ps`` pages through a big store: one keyset page for ``--limit N`` (with the
 cursor of the next), every page streamed for ``--limit 0`` with memory that does not
-grow with the store."""
+grow with the store; ``export`` streams pages the same way."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def run(*argv: str) -> tuple[int, str, str]:
 
 def _store(path: Path, tasks: int) -> list[str]:
     store = SqliteStore(path)
-    generate_history(store, tasks, attempts=1)
+    generate_history(store, tasks, attempts=1, sql=True)
     newest = [s.task_id for s in store.query(TaskQuery())]
     store.close()
     return newest
@@ -113,6 +113,31 @@ def test_limit_zero_memory_does_not_grow_with_the_store(tmp_path: Path) -> None:
     peak_small, lines_small = _peak(small)
     peak_big, lines_big = _peak(big)
     assert lines_small == 2_001 and lines_big == 10_001
+    # five times the tasks, not five times the memory: one page is held at a time
+    assert peak_big < 1.5 * peak_small, (peak_small, peak_big)
+
+
+def _export_peak(db: Path, out: Path, what: str) -> int:
+    tracemalloc.start()
+    try:
+        code, _, err = run(
+            "--store", str(db), "export", "--format", "csv", "--out", str(out), "--what", what
+        )
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert code == 0, err
+    return peak
+
+
+@pytest.mark.parametrize("what", ["tasks", "attempts", "transitions"])
+def test_export_memory_does_not_grow_with_the_store(tmp_path: Path, what: str) -> None:
+    small, big = tmp_path / "small.db", tmp_path / "big.db"
+    _store(small, 2_000)
+    _store(big, 10_000)
+    peak_small = _export_peak(small, tmp_path / "small.csv", what)
+    peak_big = _export_peak(big, tmp_path / "big.csv", what)
+    assert len(pd.read_csv(tmp_path / "big.csv")) == 10_000 * (4 if what == "transitions" else 1)
     # five times the tasks, not five times the memory: one page is held at a time
     assert peak_big < 1.5 * peak_small, (peak_small, peak_big)
 

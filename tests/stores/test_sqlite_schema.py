@@ -3,7 +3,6 @@ read back exactly, kept status counts, the indexes the lists read, bytes per tas
 
 from __future__ import annotations
 
-import os
 import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -11,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from chongming_nb import Controller
 from chongming_nb.control.ownership import OwnerId
 from chongming_nb.core.models import Command, TaskSnapshot
 from chongming_nb.core.states import TaskStatus
@@ -20,7 +18,8 @@ from chongming_nb.stores import sqlite as sqlite_mod
 from chongming_nb.stores._base import table_columns
 from chongming_nb.stores._codec import dt_to_text
 from chongming_nb.stores.protocol import SCHEMA_VERSION, LogRecord, OwnerRecord, RunRecord
-from chongming_nb.testing.history import HISTORY_START, generate_history, generate_history_sql
+from chongming_nb.testing.history import HISTORY_START, generate_history
+from chongming_nb.testing.store_size import bytes_per_noop_task
 
 T0 = datetime(2026, 3, 1, 8, 30, 0, 123456, tzinfo=UTC)
 
@@ -203,36 +202,14 @@ def test_lists_and_counts_read_indexes_not_every_task(
     store.close()
 
 
-def _vacuumed_size(path: Path) -> int:
-    conn = sqlite3.connect(path)
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    conn.execute("VACUUM")
-    conn.close()
-    return os.path.getsize(path)
-
-
-def test_bytes_per_finished_no_op_task(tmp_path: Path) -> None:
-    """A finished no-op task, run by a controller, costs at most 800 bytes of store:
-    the file's growth over the empty store's (each after a checkpoint and a VACUUM),
-    over 2,000 tasks. The owner id is a fixed one of a usual length (the real one holds
-    the host name, and every task row keeps its owner)."""
-    n = 2000
-    path = tmp_path / "s.db"
-    SqliteStore(path).close()
-    empty = _vacuumed_size(path)
+def test_bytes_per_finished_no_op_task() -> None:
+    """A finished no-op task, run by a controller, costs at most 800 bytes of store
+    (``bytes_per_noop_task``: the file's growth over the empty store's after a
+    checkpoint and a VACUUM, over 2,000 tasks). The owner id is a fixed one of a usual
+    length: the real one holds the host name, and every task row keeps its owner."""
     owner = OwnerId(host="notebook-host", pid=123456, started=179616506351, nonce="3c704c3c")
-    ctl = Controller(store=SqliteStore(path), owner=str(owner))
-    try:
-        handles = [ctl.submit(_noop) for _ in range(n)]
-        for h in handles:
-            h.result(timeout=120)
-    finally:
-        ctl.close()
-    assert (_vacuumed_size(path) - empty) / n <= 800
-
-
-def _noop() -> None:
-    return None
+    per_task, _ = bytes_per_noop_task(2000, owner=str(owner))
+    assert per_task <= 800
 
 
 @pytest.mark.parametrize(
@@ -256,7 +233,7 @@ def test_the_sql_generator_writes_what_the_python_one_does(
 ) -> None:
     py, sql = SqliteStore(tmp_path / "py.db"), SqliteStore(tmp_path / "sql.db")
     made = generate_history(py, 230, batch=40, **options)
-    assert generate_history_sql(sql, 230, batch=100, **options) == made
+    assert generate_history(sql, 230, batch=100, sql=True, **options) == made
     for table, order in (
         ("tasks", "seq"),
         ("transitions", "task_id, version"),
