@@ -62,6 +62,40 @@ def test_newer_schema_refused(postgres_url: str, schema: str) -> None:
     assert row is not None and row[0] == SCHEMA_VERSION + 1
 
 
+def test_a_version_1_schema_migrates(postgres_url: str, schema: str) -> None:
+    """A schema made by version 1 (its tables and indexes) gets version 2's indexes and
+    keeps its rows."""
+    import psycopg
+
+    from chongming_nb.stores import postgres as pg_mod
+
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+        conn.execute(f'SET search_path TO "{schema}"')
+        for stmt in pg_mod.MIGRATIONS[1]:
+            conn.execute(stmt)
+        conn.execute("INSERT INTO chongming_schema (version) VALUES (1)")
+    store = pg_mod.PostgresStore(postgres_url, schema=schema)
+    store.create(TaskSnapshot(task_id="a", name="a", created_at=T0))
+    assert store.schema_version == SCHEMA_VERSION == 2
+    store.close()
+
+    def indexes(name: str) -> set[str]:
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT indexname FROM pg_indexes WHERE schemaname = %s", (name,)
+            ).fetchall()
+        return {r[0] for r in rows}
+
+    fresh = f"{schema}_fresh"
+    try:
+        pg_mod.PostgresStore(postgres_url, schema=fresh).close()
+        assert indexes(schema) == indexes(fresh) and "tasks_status_created" in indexes(schema)
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{fresh}" CASCADE')
+
+
 def test_foreign_schema_refused(postgres_url: str, schema: str) -> None:
     import psycopg
 
