@@ -47,6 +47,38 @@ from chongming_nb.runtime.cancellation import CancellationToken
 
 __all__ = ["Stopped", "tqdm", "track", "trange"]
 
+
+def _show_stop(
+    shell: Any, etype: type, value: BaseException, tb: Any, tb_offset: Any = None
+) -> list[str]:
+    """IPython's handler for a :class:`Stopped` that ends a cell: its line on stdout."""
+    print(value, flush=True)
+    return []
+
+
+def show_stops_neutrally() -> bool:
+    """Have IPython show a loop a person stopped as one plain line on stdout, not as an
+    error output (JupyterLab draws those on its red stderr background): a stop is not
+    an error. The cell still ends there, and its execution counts as not completed, so
+    "Run All" stops at it too. IPython has one such handler (``set_custom_exc``): if
+    something else holds it, it is kept, and the stop shows as the exception's one line
+    (``Stopped._render_traceback_``). True when the handler is ours."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    if shell is None:
+        return False
+    held = getattr(shell, "custom_exceptions", ())
+    if held == (Stopped,):
+        return True
+    if held:
+        return False
+    shell.set_custom_exc((Stopped,), _show_stop)
+    return True
+
+
 T = TypeVar("T")
 
 #: A second interrupt within this many seconds of the first raises KeyboardInterrupt.
@@ -567,6 +599,7 @@ class tqdm(Generic[T]):
                     lp._end_stopped(reason)
                 if loop is self and self.on_stop == "break":
                     return True
+                show_stops_neutrally()
                 raise Stopped(
                     loop._name,
                     loop.n,

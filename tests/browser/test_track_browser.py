@@ -1,6 +1,6 @@
 """A loop in a cell (``cn.track``) in real JupyterLab + Chromium: its row pauses (text
-and counter frozen), resumes from the same item and stops the busy cell with one line
-and no traceback; Kernel -> Interrupt once stops it at a boundary, twice raises
+and counter frozen), resumes from the same item and stops the busy cell with one plain
+line (no traceback, no error styling); Kernel -> Interrupt once stops it at a boundary, twice raises
 KeyboardInterrupt; the sidebar and the CLI stop it while the cell is busy; nested loops
 draw nested rows and stopping the outer stops the inner; and a notification appears when
 a long loop ends and none when a short one does."""
@@ -83,6 +83,21 @@ def stopped_output(nb: Any, cell: int, needle: str) -> str:
     nb.wait_done(cell, timeout=30_000)
     out = nb.wait_output(cell, needle)
     assert "Traceback" not in out and "File " not in out, out
+    # a person's stop is not an error: the line is plain output, not drawn on the error
+    # (stderr) background
+    drawn = nb.page.evaluate(
+        """([cell, needle]) => {
+            const c = document.querySelectorAll('.jp-Notebook .jp-Cell')[cell];
+            return [...c.querySelectorAll('.jp-OutputArea-output')]
+                .filter(o => o.innerText.includes(needle))
+                .map(o => [o.dataset.mimeType || '', getComputedStyle(o).backgroundColor]);
+        }""",
+        [cell, needle],
+    )
+    assert drawn, f"no output shows {needle!r}"
+    for mime, background in drawn:
+        assert mime != "application/vnd.jupyter.stderr", drawn
+        assert background in ("rgba(0, 0, 0, 0)", "transparent"), drawn
     return out
 
 

@@ -1,10 +1,10 @@
 """``cn.track`` in a real Jupyter kernel (nbclient), and outside Jupyter altogether.
 
 With a front end (``JPY_SESSION_NAME``, which jupyter_server gives a session's kernel):
-the loop is a task of the kernel's controller, a stop is one line instead of a
-traceback, an error in the body fails the task when its cell ends, the kind interrupt
-works. Without one (plain nbclient, ``python script.py``, terminal IPython): a text bar
-on stderr, or nothing, and exactly the plain loop's items.
+the loop is a task of the kernel's controller, a stop is one plain line on stdout
+instead of an error output, an error in the body fails the task when its cell ends, the
+kind interrupt works. Without one (plain nbclient, ``python script.py``, terminal
+IPython): a text bar on stderr, or nothing, and exactly the plain loop's items.
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ def test_a_loop_in_a_notebook_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyP
             "bar = cn.track(range(10_000), desc='convert')\n"
             "for i in bar:\n"
             "    if i == 100:\n"
-            "        ctl.stop(bar.task_id)",
+            "        ctl.stop(bar.task_id)\n"
+            "print('AFTER THE LOOP')",
             # 2: the next cell runs; the record says stopped
             "print(json.dumps({'status': str(ctl.get(bar.task_id).status),\n"
             "                  'done': ctl.get(bar.task_id).progress.done,\n"
@@ -95,11 +96,15 @@ def test_a_loop_in_a_notebook_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyP
         ],
         tmp_path,
     )
-    (stop,) = _errors(out[1])
-    assert stop["ename"] == "Stopped"
-    assert stop["traceback"] == [stop["traceback"][0]] and stop["traceback"][0].startswith(
-        "convert: stopped by you at 101 / 10,000 (1%) after "
+    # a person's stop is not an error: one plain line on stdout (no error output, which
+    # JupyterLab draws on its red stderr background), and the cell ends there
+    assert _errors(out[1]) == []
+    stdout = "".join(
+        o["text"] for o in out[1] if o.get("output_type") == "stream" and o["name"] == "stdout"
     )
+    assert stdout.startswith("convert: stopped by you at 101 / 10,000 (1%) after "), stdout
+    assert "AFTER THE LOOP" not in stdout
+    assert not [o for o in out[1] if o.get("name") == "stderr"]
     shown = [o for o in out[1] if o.get("output_type") == "display_data"]
     assert shown and "convert" in shown[0]["data"]["text/plain"]
     assert "application/vnd.jupyter.widget-view+json" in shown[0]["data"]
