@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import threading
 import warnings
+from pathlib import Path
 from typing import Any
 
 from chongming_nb.control.controller import Controller
 from chongming_nb.control.ownership import this_process
+from chongming_nb.stores.protocol import TaskStore
 
 _lock = threading.Lock()
 _controller: Controller | None = None
@@ -33,7 +35,7 @@ def owner_id() -> str:
     return str(this_process(kernel_id()))
 
 
-def get_controller(store: Any = None, **kwargs: Any) -> Controller:
+def get_controller(store: TaskStore | str | Path | None = None, **kwargs: Any) -> Controller:
     """The kernel-wide controller, created on first use.
 
     Store: the argument, else ``$CHONGMING_STORE`` (a path or a ``postgresql://`` URL),

@@ -11,7 +11,7 @@ from chongming_nb.core.errors import ConfigurationError, TaskNotFound
 from chongming_nb.core.models import AttemptRecord, TaskSnapshot, Transition
 from chongming_nb.core.states import TaskStatus
 from chongming_nb.pictures import Timeline, from_source
-from chongming_nb.stores.protocol import LogRecord, TaskQuery
+from chongming_nb.stores.protocol import LogRecord, TaskQuery, TaskStore
 
 #: The filters of ``list_tasks`` (the frames take ``since`` and ``until`` too).
 _FILTERS = frozenset({"status", "tag", "name_prefix", "pipeline_run_id", "limit", "ids"})
@@ -20,7 +20,7 @@ _FILTERS = frozenset({"status", "tag", "name_prefix", "pipeline_run_id", "limit"
 class StoreReader:
     """Wraps a TaskStore. Every store method is reachable as an attribute too."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: TaskStore) -> None:
         self.store = store
 
     def __getattr__(self, name: str) -> Any:

@@ -21,14 +21,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Any
 
 from chongming_nb.control.ownership import DEFAULT_GRACE_SECONDS, DEFAULT_LEASE_SECONDS, judge
+from chongming_nb.core.clock import Clock
 from chongming_nb.core.errors import ConcurrencyConflict, ConfigurationError
 from chongming_nb.core.models import TaskSnapshot, Transition
 from chongming_nb.core.state_machine import StateMachine
 from chongming_nb.core.states import NON_TERMINAL, TERMINAL, TaskStatus
-from chongming_nb.stores.protocol import TaskQuery
+from chongming_nb.stores.protocol import TaskQuery, TaskStore
 
 __all__ = ["ConvergePlan", "converge_plan", "reconcile_store", "settle"]
 
@@ -53,8 +53,8 @@ def settle(sm: StateMachine, snap: TaskSnapshot, reason: str) -> tuple[TaskSnaps
 
 
 def reconcile_store(
-    store: Any,
-    clock: Any,
+    store: TaskStore,
+    clock: Clock,
     *,
     me: str | None,
     local_ids: Collection[str] = (),
@@ -135,7 +135,7 @@ class ConvergePlan:
 
 
 def converge_plan(
-    store: Any, task_id: str, memory_history: list[Transition]
+    store: TaskStore, task_id: str, memory_history: list[Transition]
 ) -> ConvergePlan | None:
     """For a task whose write the store refused (or that the store holds settled while
     memory does not): the store's row and the transitions to adopt, when the store
