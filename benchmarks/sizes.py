@@ -15,7 +15,7 @@ SIZES: dict[str, dict[str, dict[str, Any]]] = {
         "throughput": {"tasks": 300, "workers": 4, "repeats": 1},
         "latency": {"trials": 3, "interval": 0.002, "item_seconds": 0.0001},
         "memory": {"tasks": 500},
-        "memory_bounded": {"from": 1_000, "to": 5_000, "cap": 500, "peer_tasks": 2_000},
+        "memory_bounded": {"from": 1_000, "to": 3_000, "cap": 500, "peer_tasks": 1_000},
         "frames": {"attempts": 2_000, "attempts_per_task": 5, "repeats": 2, "store_tasks": 500},
         # read by bench_dag.py, bench_executors.py and the notebook's widget benchmark
         "dag": {"nodes": 50},
