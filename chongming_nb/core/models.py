@@ -31,13 +31,22 @@ class FailureKind(StrEnum):
 
 #: Where a verb that ended a task came from, as a person reads it. ``actor_source``
 #: maps the free-form actor strings of transitions and commands onto these.
-ACTOR_SOURCES: tuple[str, ...] = ("widget", "sidebar", "cli", "api", "pipeline", "system")
+ACTOR_SOURCES: tuple[str, ...] = (
+    "widget",
+    "sidebar",
+    "cli",
+    "api",
+    "interrupt",
+    "pipeline",
+    "system",
+)
 #: How a row says who ended a task: "stopped {label} at 14:03".
 ACTOR_SOURCE_LABELS: Mapping[str, str] = {
     "widget": "from the widget",
     "sidebar": "from the sidebar",
     "cli": "from the CLI",
     "api": "from Python",
+    "interrupt": "by interrupt",
     "pipeline": "by its pipeline",
     "system": "by the system",
 }
@@ -50,6 +59,7 @@ _SOURCE_OF_ACTOR: dict[str, str] = {
     "api": "api",
     "ui": "api",
     "magic": "api",
+    "interrupt": "interrupt",
     "store": "api",
     "orchestrator": "pipeline",
     "pipeline": "pipeline",
@@ -58,7 +68,8 @@ _SOURCE_OF_ACTOR: dict[str, str] = {
 
 def actor_source(actor: str | None) -> str | None:
     """``"sidebar:alice"`` -> ``"sidebar"``, ``"cli:root"`` -> ``"cli"``, ``"user"`` (a
-    call from Python) -> ``"api"``, the orchestrator -> ``"pipeline"``; anything else
+    call from Python) -> ``"api"``, a kernel interrupt (■) stopping a loop ->
+    ``"interrupt"``, the orchestrator -> ``"pipeline"``; anything else
     (reconcile, supervisor, executor, ...) -> ``"system"``. None stays None."""
     if not actor:
         return None

@@ -629,7 +629,10 @@ class tqdm(Generic[T]):
             return
         self._stopped_by = by
         if self._rec is not None:
-            self._rec.ctl.stop(self._rec.task_id, actor=by, reason=f"stopped by {by}")
+            # an interrupt names itself through the actor ("stopped by interrupt at 14:03");
+            # a reason saying the same again would only repeat it
+            reason = None if by == "interrupt" else f"stopped by {by}"
+            self._rec.ctl.stop(self._rec.task_id, actor=by, reason=reason)
         elif self._token is not None:
             self._token.request_stop(f"stopped by {by}")
             self._guard.clear()

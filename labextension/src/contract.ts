@@ -17,7 +17,7 @@ export const CONTROL_VERBS = ["pause", "resume", "stop", "retry", "skip"] as con
 export type ControlVerb = (typeof CONTROL_VERBS)[number];
 
 // where the verb that ended a stopped/cancelled/skipped task came from (row.ended_by)
-export const ACTOR_SOURCES = ["widget", "sidebar", "cli", "api", "pipeline", "system"] as const;
+export const ACTOR_SOURCES = ["widget", "sidebar", "cli", "api", "interrupt", "pipeline", "system"] as const;
 
 export type ActorSource = (typeof ACTOR_SOURCES)[number];
 
@@ -27,6 +27,7 @@ export const ACTOR_SOURCE_LABELS: Readonly<Record<ActorSource, string>> = {
   sidebar: "from the sidebar",
   cli: "from the CLI",
   api: "from Python",
+  interrupt: "by interrupt",
   pipeline: "by its pipeline",
   system: "by the system",
 };
@@ -72,7 +73,7 @@ export function isControlVerb(verb: string): verb is ControlVerb {
 export const SCHEMA_VERSION = 1;
 
 // the hash of the kernel's schema_for_js(); a widget compares it with its kernel's
-export const SCHEMA_HASH = "7667301ba939d497";
+export const SCHEMA_HASH = "5169a0534498c581";
 
 export interface RowFailure {
   kind: string;

@@ -146,8 +146,10 @@ def test_actor_source_vocabulary() -> None:
     assert actor_source("widget") == "widget"
     assert actor_source("user") == "api" and actor_source("magic") == "api"
     assert actor_source("orchestrator") == "pipeline"
+    assert actor_source("interrupt") == "interrupt"  # the kernel's ■ stopping a loop
     assert actor_source("reconcile") == "system"
     assert actor_source(None) is None
     assert {
-        actor_source(a) for a in ("widget", "sidebar:x", "cli:x", "user", "pipeline", "x")
+        actor_source(a)
+        for a in ("widget", "sidebar:x", "cli:x", "user", "interrupt", "pipeline", "x")
     } == set(ACTOR_SOURCES)

@@ -313,6 +313,9 @@ def test_first_interrupt_stops_at_a_boundary_second_raises(ctl: cn.Controller) -
                 seen.append(-1)  # ... and the item goes on to its end
     assert seen == [*range(8), -1]
     assert "stopped by interrupt at 8 / 1,000" in str(info.value)
+    # the row names the interrupt, not "the system", and says it once
+    (snap,) = [s for s in ctl.list_tasks() if s.name == "kind"]
+    assert snap.status == "stopped" and end_summary(snap) == ("interrupt", None)
     assert signal.getsignal(signal.SIGINT) is before
     seen.clear()
     with pytest.raises(KeyboardInterrupt):
