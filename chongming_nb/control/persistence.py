@@ -278,7 +278,11 @@ class StoreLink:
             log.exception("reading the command queue failed")
             return 0
         with self.book.lock:
-            mine = frozenset(c.task_id for c in pending if c.task_id in self.book.tasks)
+            # (a task that left memory is ours too: its command is refused, saying why)
+            book = self.book
+            mine = frozenset(
+                c.task_id for c in pending if c.task_id in book.tasks or c.task_id in book.departed
+            )
         if not mine:
             return 0
         now = self.book.clock.now()

@@ -6,6 +6,7 @@ evicted task go to the store. The tests count the tasks kept (never time or RSS)
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,11 @@ from ctl_helpers import Rig, failing_task, ok_task, wait_status, wait_until
 
 from chongming_nb import Controller, HistoryLimits, TaskContext, TaskStatus
 from chongming_nb.core.errors import ConfigurationError, TaskEvicted, TaskNotFound
+from chongming_nb.core.models import Command, CommandState
 
 S = TaskStatus
 CAP = 5
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def kept(ctl: Controller) -> int:
@@ -108,6 +111,23 @@ def test_with_a_store_evicted_tasks_are_read_from_it(
     assert len(ctl.snapshots_df()) == 21
     assert len(ctl.attempts_df()) == 21
     assert set(ctl.transitions_df()["task_id"]) == set(ids)
+
+
+def test_a_store_command_for_an_evicted_task_is_refused_naming_the_limit(
+    make_ctl: Callable[..., Controller], tmp_path: Path
+) -> None:
+    ctl = bounded(make_ctl, store=str(tmp_path / "t.db"))
+    first = run_many(ctl, 10)[0]
+    store = ctl.store
+    assert store is not None
+    store.submit_command(
+        Command(command_id="c1", task_id=first.id, verb="retry", actor="sidebar", created_at=NOW)
+    )
+    assert ctl._link is not None and ctl._link.poll_commands() == 1
+    done = store.get_command("c1")
+    assert done is not None and done.state is CommandState.REJECTED
+    assert done.outcome is not None and "memory_finished_tasks" in done.outcome["reason"]
+    assert done.outcome["status"] == "succeeded"
 
 
 def test_another_controllers_tasks_in_the_store_are_not_listed(
