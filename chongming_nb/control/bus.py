@@ -162,7 +162,8 @@ class EventBus:
             self._recount()
 
     def put_many(self, items: list[Any]) -> None:
-        """Queue items (events, or store writes tagged as tuples) in order."""
+        """Queue outbox items (``messages.Outgoing``: events, store writes, markers) in
+        order."""
         if items and self.consumed:
             self._queue.put(items)
 

@@ -2,7 +2,8 @@
 
 The outbox (``TaskBook.outbox``) is a list of ``Outgoing`` items. Events are published
 to subscribers and hooks (and the durable ones kept in the store's event table); the
-store writes below are only for the store (``writes.write_batch``). A run note is
+store writes below are only for the store (``writes.write_batch``); the store markers
+(``Unfence``, ``RetryHeld``) only for the store link's recorder side. A run note is
 what a pipeline run follows its tasks by (``bus.RunNote``).
 """
 
@@ -104,8 +105,26 @@ StoreWrite = (
     | TrimLogs
 )
 
+
+@dataclass(frozen=True, slots=True)
+class Unfence:
+    """Outbox marker: memory adopted the store's state of ``task_id``; its writes
+    queued after this marker are new and go to the store again."""
+
+    task_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class RetryHeld:
+    """Outbox marker: try the writes held since the store refused them again (the
+    dispatcher queues one a second while writes are held; ``flush`` queues one)."""
+
+
+#: What the store link (``persistence.StoreLink``) queues for its own recorder side.
+StoreMarker = Unfence | RetryHeld
+
 #: One outbox item.
-Outgoing = StoreWrite | Event | RunNote
+Outgoing = StoreWrite | StoreMarker | Event | RunNote
 
 #: The classes of StoreWrite (the recorder tells writes from events by them).
 STORE_WRITES: frozenset[type] = frozenset(

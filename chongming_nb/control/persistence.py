@@ -16,17 +16,10 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from chongming_nb.control.book import transitions
-from chongming_nb.control.messages import AppendLog, Outgoing
+from chongming_nb.control.messages import AppendLog, Outgoing, RetryHeld, Unfence
 from chongming_nb.control.ownership import DEFAULT_GRACE_SECONDS, DEFAULT_LEASE_SECONDS
 from chongming_nb.control.recovery import converge_plan, reconcile_store
-from chongming_nb.control.writes import (
-    RetryHeld,
-    StoreHealth,
-    StoreOutage,
-    Unfence,
-    task_of,
-    write_batch,
-)
+from chongming_nb.control.writes import StoreHealth, StoreOutage, task_of, write_batch
 from chongming_nb.core.errors import ConfigurationError
 from chongming_nb.core.models import CommandState, TaskSnapshot, Transition
 from chongming_nb.core.state_machine import replay
@@ -151,9 +144,11 @@ class StoreLink:
             batch = kept
         try:
             ctl.persist_failures += write_batch(
-                self.store, [*held, *batch] if held else batch, conflicts=conflicts,
+                self.store,
+                [*held, *batch] if held else batch,
+                conflicts=conflicts,
                 raise_outage=True,
-            )  # fmt: skip
+            )
         except StoreOutage as exc:
             ctl.persist_failures += 1
             now = self.book.clock.now()
@@ -196,7 +191,7 @@ class StoreLink:
 
     def retry_held(self) -> None:
         """Have the recorder try the held writes again, in order (no new batch needed)."""
-        self.book.bus.put_many([RetryHeld()])  # type: ignore[list-item]
+        self.book.bus.put_many([RetryHeld()])
 
     def mark_rows(self) -> None:
         """A line in each affected task's log (the row shows it): "not saved: <reason>"
@@ -245,14 +240,16 @@ class StoreLink:
                     log.error(
                         "the store refused a write of task %s and holds no settled state "
                         "for it (store: %s; memory: v%d)",
-                        tid, self._describe(tid), len(mine),
-                    )  # fmt: skip
+                        tid,
+                        self._describe(tid),
+                        len(mine),
+                    )
                 continue
             with book.lock:
                 if plan.transitions:
                     self.ctl._adopt(t, plan)
                 # adopted (or in agreement): what this task writes after it is new
-                book.outbox.append(Unfence(tid))  # type: ignore[arg-type]
+                book.outbox.append(Unfence(tid))
             book.flush_outbox()
 
     def _describe(self, tid: str) -> str:

@@ -5,9 +5,7 @@
   whose snapshot the store refuses (it holds another version: fencing) gets nothing
   more written from the batch;
 * ``StoreHealth`` — the batches held in memory while the store refuses writes
-  (read-only, unreachable, full), and what ``health()`` reports of it;
-* ``Unfence`` and ``RetryHeld`` — the outbox markers the store link (``persistence``)
-  queues for the recorder.
+  (read-only, unreachable, full), and what ``health()`` reports of it.
 
 Write-ahead order: the recorder thread commits a batch (snapshots, transitions,
 attempts, events) in one transaction *before* any of its events is published, so a
@@ -20,7 +18,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, is_dataclass
+from dataclasses import asdict, is_dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -331,20 +329,6 @@ def _one_by_one(
         except Exception:
             failures += 1
     return failures
-
-
-@dataclass(frozen=True, slots=True)
-class Unfence:
-    """Outbox marker: memory adopted the store's state of ``task_id``; its writes
-    queued after this marker are new and go to the store again."""
-
-    task_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class RetryHeld:
-    """Outbox marker: try the writes held since the store refused them again (the
-    dispatcher queues one a second while writes are held; ``flush`` queues one)."""
 
 
 class StoreHealth:
