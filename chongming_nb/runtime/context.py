@@ -115,14 +115,15 @@ class TaskContext:
 
     def sleep(self, seconds: float) -> None:
         """Wait ``seconds`` as a task that gives its place away: under a controller's
-        thread or process executor the task releases its concurrency slot while it
-        sleeps (another task may run; on processes, in another child) and no idle
-        timeout counts the sleep. A stop ends the sleep at once (TaskCancelled: the task
-        ends STOPPED); a pause too (the task pauses; after its resume it sleeps until the
-        sleep's original end, not at all if that has passed).
+        thread, process or dask executor the task releases its concurrency slot while it
+        sleeps (another task may run; on processes, in another child; on dask, the task
+        secedes from its worker's thread pool) and no idle timeout counts the sleep. A
+        stop ends the sleep at once (TaskCancelled: the task ends STOPPED); a pause too
+        (the task pauses; after its resume it sleeps until the sleep's original end, not
+        at all if that has passed).
 
-        On dask the task sleeps where it is, holding its slot (and its worker thread),
-        and still answers stop, pause and liveness checks within a second."""
+        Without a controller behind it the task sleeps where it is, and still answers
+        stop, pause and liveness checks within a second."""
         seconds = check_seconds("ctx.sleep seconds", seconds)
         if seconds is None:
             raise ConfigurationError("ctx.sleep seconds must be a number of seconds, got None")

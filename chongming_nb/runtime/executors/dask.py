@@ -44,6 +44,7 @@ import collections
 import contextlib
 import functools
 import itertools
+import logging
 import os
 import pickle
 import secrets
@@ -73,6 +74,8 @@ from chongming_nb.runtime.executors.base import (
     StopVerdict,
     run_attempt,
 )
+
+log = logging.getLogger("chongming_nb.executors")
 
 #: How often an agent flushes reports and samples heartbeats (seconds).
 POLL_INTERVAL = 0.05
@@ -247,8 +250,9 @@ class _Agent:
             batch: list[tuple[str, tuple[Any, ...]]] = []
             for s in self.slots.values():
                 tok = s.token
-                # heartbeats: a changed beat counter, or paused (not stuck)
-                if (tok.beats != s.beats or tok.paused) and now - s.beat_at >= HEARTBEAT_INTERVAL:
+                # heartbeats: a changed beat counter, or paused or asleep (not stuck)
+                alive = tok.beats != s.beats or tok.paused or tok.sleeping
+                if alive and now - s.beat_at >= HEARTBEAT_INTERVAL:
                     s.beats = tok.beats
                     s.beat_at = now
                     s.pending.append(("beat", tok.paused))
@@ -335,6 +339,34 @@ class _WorkerReporter(ChannelReporter):
             slot.ack_event.wait(0.1)
             slot.ack_event.clear()
         return slot.ack
+
+    def sleep(self, seconds: float, token: CancellationToken) -> float:
+        """``ctx.sleep`` on a worker: the task secedes from the worker's thread pool (dask
+        may run another task meanwhile), the controller frees its slot, and the
+        controller's answer (at the wake time, or at a pause once the task has a slot
+        again) ends the sleep; the task then rejoins the pool. A stop ends it at once."""
+        distributed = _require_distributed()
+        self.flush_progress()
+        self._seq += 1
+        seq = self._seq
+        slot = self._slot
+        slot.ack_event.clear()
+        try:
+            distributed.secede()
+            seceded = True
+        except Exception:  # not on a worker's thread pool: sleep holding the thread
+            seceded = False
+        self._agent.post(slot, ("sleep", seq, seconds), urgent=True)
+        token.sleeping = True  # the agent's heartbeats go on: alive
+        try:
+            while slot.ack_seen < seq and not token.stop_requested:
+                slot.ack_event.wait(0.1)
+                slot.ack_event.clear()
+        finally:
+            token.sleeping = False
+            if seceded:
+                distributed.rejoin()
+        return 0.0
 
 
 def _wire(outcome: Outcome) -> tuple[dict[str, Any], int]:
@@ -450,6 +482,7 @@ class DaskHandle:
         self.done = threading.Event()
         self.killed = False
         self.done_at: float | None = None
+        self.sleeper: threading.Thread | None = None  # waits out a ctx.sleep
 
     @property
     def running(self) -> bool:
@@ -481,10 +514,27 @@ class DaskHandle:
             self._set(stop=True, reason=reason)
 
     def request_pause(self) -> None:
+        self.token.request_pause()  # ends a ctx.sleep the kernel waits out for the task
         self._set(pause=True)
 
     def resume(self) -> None:
+        self.token.resume()
         self._set(pause=False)
+
+    def _sleep(self, seq: int, seconds: float) -> None:
+        """The task's ``ctx.sleep``, waited out here on the parent's token (the
+        controller frees the slot, wakes it by its timer, a stop or a pause); the
+        answer in the control state ends the worker's wait."""
+        try:
+            sleep = getattr(self._reporter, "sleep", None)
+            if sleep is not None:
+                sleep(seconds, self.token)
+            else:  # a Reporter without a controller behind it: just wait
+                self.token.sleep(seconds)
+        except Exception:
+            log.exception("ctx.sleep of dask task %s failed", self.key)
+        finally:
+            self._set(ack_seq=seq, ack=True)
 
     def on_stop_timeout(self) -> StopVerdict:
         if self.done.is_set():
@@ -712,6 +762,13 @@ class DaskExecutor:
 
     def _deliver(self, h: DaskHandle, msg: tuple[Any, ...]) -> None:
         kind = msg[0]
+        if kind == "sleep":
+            h.sleeper = threading.Thread(
+                target=h._sleep, args=(msg[1], float(msg[2])), name="chongming-dask-sleep"
+            )
+            h.sleeper.daemon = True
+            h.sleeper.start()
+            return
         if kind == "pause":
             ok = False
             with contextlib.suppress(Exception):  # a failure there means "do not pause"
@@ -727,6 +784,12 @@ class DaskExecutor:
             deliver(("started", None) if kind == "started" else msg, h._reporter, h.token)
 
     def _finish(self, h: DaskHandle, outcome: Outcome) -> None:
+        sleeper = h.sleeper
+        if sleeper is not None and sleeper.is_alive():
+            # the attempt ended mid-sleep (a dead worker): end the kernel's wait, which
+            # then takes no slot, before the controller hears of the end
+            h.token.request_stop("the attempt ended")
+            sleeper.join(5.0)
         self._forget(h)
         h.token.paused = False
         h.done.set()
