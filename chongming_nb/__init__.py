@@ -153,14 +153,7 @@ def _show(ctl: object, **kw: object) -> None:
     show(ctl, **kw)
 
 
-def _show_graph(run: object) -> None:
-    from chongming_nb.notebook.pictures import show_run_graph
-
-    show_run_graph(run)
-
-
 _display.set_renderer(_bundle, _board, _show)
-_display.set_graph_renderer(_show_graph)
 
 
 def load_ipython_extension(ipython: object) -> None:

@@ -1,8 +1,8 @@
 // Bundle the notebook widget's front end (src/widget.ts + the shared row module + the
-// generated contract) into the ESM and CSS the Python package ships as
-// chongming_nb/notebook/static/widget.{js,css}: git-ignored build outputs, written by
-// `jlpm build` (scripts/build_labextension.sh, and the wheel's build hook in
-// pyproject.toml). Offline: esbuild is a local devDependency.
+// generated contract + a run's graph and its layout library, @dagrejs/dagre) into the
+// ESM and CSS the Python package ships as chongming_nb/notebook/static/widget.{js,css}:
+// git-ignored build outputs, written by `jlpm build` (scripts/build_labextension.sh, and
+// the wheel's build hook in pyproject.toml). Offline: esbuild is a local devDependency.
 //
 // The first lines of each output name its inputs and their hash (tests/test_install.py
 // reads them in the installed package).
@@ -15,9 +15,14 @@ const here = new URL('.', import.meta.url).pathname;
 const out = new URL('../chongming_nb/notebook/static/', import.meta.url).pathname;
 
 function stamp(inputs) {
-  const files = Object.keys(inputs)
-    .map(p => relative(here, new URL(p, `file://${here}`).pathname))
-    .sort();
+  // a bundled npm package (the graph's layout library) is named by yarn.lock, which pins
+  // its version: the check needs no node_modules
+  const all = Object.keys(inputs).map(p => relative(here, new URL(p, `file://${here}`).pathname));
+  const files = all.filter(f => !f.startsWith('node_modules/'));
+  if (files.length !== all.length) {
+    files.push('yarn.lock');
+  }
+  files.sort();
   const h = createHash('sha256');
   for (const f of files) {
     h.update(f);

@@ -13,7 +13,6 @@ from typing import Any
 _bundle: Callable[..., Any] | None = None
 _board: Callable[..., Any] | None = None
 _show: Callable[..., Any] | None = None
-_show_graph: Callable[[Any], Any] | None = None
 
 
 def set_renderer(
@@ -48,15 +47,3 @@ def board(ctl: Any, **filters: Any) -> Any:
     if _board is None:
         raise RuntimeError("no notebook renderer is installed (import chongming_nb)")
     return _board(ctl, **filters)
-
-
-def set_graph_renderer(show_graph: Callable[[Any], Any]) -> None:
-    """``show_graph(run)`` displays a run's graph, redrawn while the run goes on."""
-    global _show_graph
-    _show_graph = show_graph
-
-
-def show_graph(run: Any) -> None:
-    """Above a run's table in a notebook: its live graph (nothing without a renderer)."""
-    if _show_graph is not None:
-        _show_graph(run)

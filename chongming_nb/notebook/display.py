@@ -49,8 +49,14 @@ def make_table(
     filter: Mapping[str, Any] | None = None,
     title: str | None = None,
     kind: str = "task",
+    run: Any = None,
 ) -> TaskTable:
-    """The live widget for a task, a run or a board (what ``ctl.board()`` returns)."""
+    """The live widget for a task, a run or a board (what ``ctl.board()`` returns); a
+    pipeline ``run`` gets its graph above its table."""
+    if run is not None:
+        from chongming_nb.notebook.run_graph import RunTable
+
+        return RunTable(ctl, run, filter=filter, title=title)
     return TaskTable(
         ctl,
         kind=kind,
@@ -92,6 +98,7 @@ def _table_and_bundle(
     filter: Mapping[str, Any] | None = None,
     title: str | None = None,
     kind: str = "task",
+    run: Any = None,
 ) -> tuple[TaskTable | None, dict[str, Any]]:
     try:
         table = make_table(
@@ -101,6 +108,7 @@ def _table_and_bundle(
             filter=filter,
             title=title,
             kind=kind,
+            run=run,
         )
     except ValueError:
         raise
@@ -126,6 +134,7 @@ def task_bundle(
     filter: Mapping[str, Any] | None = None,
     title: str | None = None,
     kind: str = "task",
+    run: Any = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(data, metadata)`` for ``_repr_mimebundle_``: widget view + html + plain +
     the snapshot json (see ``TaskTable.bundle``).
@@ -140,6 +149,7 @@ def task_bundle(
         filter=filter,
         title=title,
         kind=kind,
+        run=run,
     )
     return data, {}
 
@@ -152,6 +162,7 @@ def show(
     filter: Mapping[str, Any] | None = None,
     title: str | None = None,
     kind: str = "task",
+    run: Any = None,
 ) -> str:
     """``_ipython_display_`` of a handle or a run: display the table with a display id
     and keep that output updated as its tasks change status (so the saved notebook and
@@ -165,6 +176,7 @@ def show(
         filter=filter,
         title=title,
         kind=kind,
+        run=run,
     )
     display_id = uuid.uuid4().hex
     display(data, raw=True, display_id=display_id)

@@ -102,5 +102,6 @@ class LivePicture:
 
 
 def show_run_graph(run: Any, publish: Publisher | None = None) -> LivePicture:
-    """Display a pipeline run's graph above its table, redrawn while the run goes on."""
+    """Display a pipeline run's static graph as an output of its own, redrawn while the run
+    goes on (a displayed run draws its live graph in its table widget: ``RunTable``)."""
     return LivePicture(run.ctl, run.graph, run.done, publish=publish)

@@ -19,6 +19,7 @@ import { Panel, Widget } from '@lumino/widgets';
 
 import { ROW_FIELDS, SNAPSHOT_MIME, TaskRow, WIDGET_MIME } from './contract';
 import { formatClock } from './format';
+import { GraphSpec, renderStaticGraph } from './graph';
 import { RowContext, renderRow } from './row';
 
 export interface SnapshotData {
@@ -31,6 +32,8 @@ export interface SnapshotData {
   total_rows: number;
   summary: Record<string, number>;
   at: number | null;
+  /** A pipeline run's graph, each node with its status (src/graph.ts draws it). */
+  graph?: GraphSpec;
 }
 
 function el<K extends keyof HTMLElementTagNameMap>(
@@ -101,6 +104,9 @@ export function renderSnapshot(node: HTMLElement, data: SnapshotData): void {
     el('span', 'cn-saved-note', ` · saved state as of ${formatClock(data.at, true)}, not live`)
   );
   node.appendChild(head);
+  if (data.graph && Array.isArray(data.graph.nodes) && data.graph.nodes.length) {
+    renderStaticGraph(node, data.graph, new Map());
+  }
   const list = el('div', 'cm-Rows cn-saved-rows');
   const ctx = savedContext(data.at);
   for (const row of rows) {

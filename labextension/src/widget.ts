@@ -20,6 +20,7 @@ import {
   isTerminal
 } from './contract';
 import { formatClock } from './format';
+import { mountRunGraph } from './graph';
 import {
   RowContext,
   RowNote,
@@ -227,6 +228,17 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
     root.append(head, toolbar, colHead);
   }
   root.append(viewport, empty);
+  // a run's graph above its table (src/graph.ts): a node click selects its row
+  let selectedId: string | null = null;
+  const graph =
+    kind === 'run'
+      ? mountRunGraph(model, root, toolbar, {
+          row: id => rows.get(id),
+          onSelect: id => selectRow(id),
+          onVerb: (id, verb) => rowContext(Date.now()).onVerb(id, verb),
+          disconnected: () => disconnected
+        })
+      : null;
 
   // ------------------------------------------------------------------ messages out
   function send(msg: Record<string, unknown>): number | null {
@@ -699,6 +711,19 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
     }
   }
 
+  function selectRow(id: string | null): void {
+    selectedId = id;
+    const i = id === null ? -1 : view.indexOf(id);
+    if (i >= 0 && !single) {
+      const top = viewport.scrollTop;
+      const height = viewport.clientHeight || 400;
+      if (offsets[i] < top || offsets[i + 1] > top + height) {
+        viewport.scrollTop = Math.max(0, offsets[i] - rowH);
+      }
+    }
+    scheduleRender();
+  }
+
   function toggleDrawer(id: string): void {
     if (open.has(id)) {
       open.delete(id);
@@ -815,6 +840,7 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
         refs.wrap.style.top = `${offsets[i]}px`;
         refs.wrap.style.height = `${offsets[i + 1] - offsets[i]}px`;
         refs.wrap.dataset.index = String(i);
+        refs.wrap.classList.toggle('cn-selected', id === selectedId);
         if (refs.wrap.parentNode !== spacer) {
           spacer.appendChild(refs.wrap);
         }
@@ -837,6 +863,7 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
       layout();
     }
     changed.clear();
+    graph?.update();
     el.dataset.seq = String(seq);
     recordRenderTime(performance.now() - t0);
   }
@@ -905,6 +932,7 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
 
   return () => {
     clearInterval(ticker);
+    graph?.dispose();
     if (frame) {
       cancelAnimationFrame(frame);
     }

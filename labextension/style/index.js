@@ -1,2 +1,3 @@
 import './row.css';
 import './base.css';
+import './pictures.css';

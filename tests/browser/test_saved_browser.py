@@ -7,12 +7,11 @@ says "succeeded". Screenshots go to the test's temp dir."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _saved import export_html, save_shut_down_reopen
 
 pytestmark = pytest.mark.browser
 
@@ -88,26 +87,13 @@ def test_save_shut_down_reopen_shows_final_states_and_html_says_succeeded(
         timeout=30_000,
     )
     nb.page.screenshot(path=str(tmp_path / "saved-live.png"))
-    nb.page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+    # save, shut the kernel down, reopen in the same page: a new kernel, no widget models
+    # from the old one
+    again = save_shut_down_reopen(nb, jupyter_lab)
     path = jupyter_lab.root / "saved.ipynb"
-    nb.page.wait_for_function(
-        """() => !window.jupyterapp.shell.currentWidget.context.model.dirty""",
-        timeout=30_000,
-    )
     saved = json.loads(path.read_text())
     outs = [o for o in saved["cells"][0]["outputs"] if "data" in o]
     assert any("succeeded" in "".join(o["data"].get("text/html", "")) for o in outs)
-
-    nb.shutdown()
-    nb.page.wait_for_function(
-        """() => {
-            const w = window.jupyterapp.shell.currentWidget;
-            return !w.sessionContext.session || !w.sessionContext.session.kernel;
-        }""",
-        timeout=30_000,
-    )
-    # reopen in a fresh page: a new kernel, no widget models from the old one
-    again = type(nb)(jupyter_lab, nb.page, "saved.ipynb").open()
     first = again.cell(0).locator(".cn-saved-static .cn-saved-row")
     first.wait_for(timeout=30_000)
     again.page.wait_for_timeout(0)
@@ -134,23 +120,7 @@ def test_save_shut_down_reopen_shows_final_states_and_html_says_succeeded(
     again.page.screenshot(path=str(tmp_path / "saved-reopened.png"))
 
     # the HTML export
-    html_out = tmp_path / "saved.html"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "nbconvert",
-            "--to",
-            "html",
-            str(path),
-            "--output",
-            str(html_out.with_suffix("")),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    exported = html_out.read_text()
+    exported = export_html(path, tmp_path / "saved.html")
     assert ">succeeded<" in exported
     assert "stopped from the widget at " in exported
     assert "200/200 item" in exported

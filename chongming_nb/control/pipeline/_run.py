@@ -475,9 +475,8 @@ class PipelineRun:
         one lane per task, retry waits, pauses and stops marked, slots underneath."""
         return from_source(self.ctl, pipeline_run_id=self.id, title=f"run {self.name}", **filters)
 
-    def graph(self) -> GraphPicture:
-        """The run's DAG as it stands: each node toned by its status, with its progress, a
-        map's fan-out and done count, and whether its compensation ran."""
+    def _node_states(self) -> tuple[list[NodeRun], dict[str, dict[str, Any]]]:
+        """The run's nodes and, per node, what a picture of it shows now."""
         with self._lock:
             node_runs = list(self._nodes.values())
         undone = {e["node"]: ("ok" if e["ok"] else "failed") for e in self.compensations}
@@ -498,7 +497,40 @@ class PipelineRun:
             if nr.node.name in undone:
                 entry["compensation"] = undone[nr.node.name]
             state[nr.node.name] = entry
+        return node_runs, state
+
+    def graph(self) -> GraphPicture:
+        """The run's DAG as it stands: each node toned by its status, with its progress, a
+        map's fan-out and done count, and whether its compensation ran."""
+        node_runs, state = self._node_states()
         return layout(nodes_of([nr.node for nr in node_runs], state), title=f"run {self.name}")
+
+    def graph_spec(self) -> dict[str, Any]:
+        """The run's graph as plain data, for the front end that lays it out and draws it
+        above the run's table: per node its structure, the task standing for it (a map:
+        its expander, and its item tasks) and its state now."""
+        node_runs, state = self._node_states()
+        nodes = []
+        for g, nr in zip(nodes_of([nr.node for nr in node_runs], state), node_runs, strict=True):
+            nodes.append(
+                {
+                    "name": g.name,
+                    "deps": list(g.deps),
+                    "join": g.join,
+                    "condition": g.condition,
+                    "compensate": g.compensate,
+                    "is_map": g.is_map,
+                    "task": nr.task_id or nr.expander,
+                    "children": list(nr.children),
+                    "compensation": g.compensation,
+                    "status": g.status,
+                    "done": g.done,
+                    "total": g.total,
+                    "items": g.items,
+                    "items_done": g.items_done,
+                }
+            )
+        return {"title": f"run {self.name}", "nodes": nodes}
 
     def to_frame(self) -> pd.DataFrame:
         """One row per task of the run (map children and item tasks included) plus one
@@ -509,15 +541,16 @@ class PipelineRun:
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Any:
         from chongming_nb.control import display
 
-        return display.bundle(self, self.ctl, pipeline_run_id=self.id, kind="run", title=self.name)
+        return display.bundle(
+            self, self.ctl, pipeline_run_id=self.id, kind="run", title=self.name, run=self
+        )
 
     def _ipython_display_(self) -> None:
-        """In a notebook: the run's live graph above its live table; both outputs keep
-        their final state for the saved notebook."""
+        """In a notebook: the run's live table with its live graph above it; the output
+        keeps the final state of both for the saved notebook."""
         from chongming_nb.control import display
 
-        display.show_graph(self)
-        display.show(self, self.ctl, pipeline_run_id=self.id, kind="run", title=self.name)
+        display.show(self, self.ctl, pipeline_run_id=self.id, kind="run", title=self.name, run=self)
 
     def __repr__(self) -> str:
         counts = " ".join(f"{k}={v}" for k, v in sorted(self._count_values().items()))
