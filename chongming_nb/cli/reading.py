@@ -204,10 +204,8 @@ class Reading(CliBase):
             if snap is None:
                 if not hist:
                     raise CliError(EXIT_USAGE, f"no task with id {clean(tid)!r} in {store.url}")
-                results.append(
-                    {"task_id": tid, "name": None, "ok": True,
-                     "detail": f"snapshot pruned; {len(hist)} transitions kept"}
-                )  # fmt: skip
+                detail = f"snapshot pruned; {len(hist)} transitions kept"
+                results.append({"task_id": tid, "name": None, "ok": True, "detail": detail})
                 continue
             ok, detail = verify(hist, snap)
             results.append({"task_id": tid, "name": snap.name, "ok": ok, "detail": detail})
