@@ -135,23 +135,10 @@ class Pipeline:
         seconds after the run creates it, or that time; the start time is stored with
         the run, so ``resume_from`` waits only for what is left (see also ``sleep``)."""
         return self._add(
-            fn,
-            args,
-            kwargs,
-            deps,
-            when=when,
-            retry=retry,
-            join=join,
-            name=name,
-            serializer=serializer,
-            compensate=compensate,
-            timeout=timeout,
-            tags=tags,
-            priority=priority,
-            executor=executor,
-            delay=delay,
-            not_before=not_before,
-        )
+            fn, args, kwargs, deps, when=when, retry=retry, join=join, name=name,
+            serializer=serializer, compensate=compensate, timeout=timeout, tags=tags,
+            priority=priority, executor=executor, delay=delay, not_before=not_before,
+        )  # fmt: skip
 
     def map(
         self,
@@ -199,25 +186,11 @@ class Pipeline:
         if max_parallel is not None and check_int64("max_parallel", max_parallel) < 1:
             raise ConfigurationError(f"max_parallel must be an int >= 1, got {max_parallel!r}")
         return self._add(
-            fn,
-            args,
-            kwargs,
-            deps,
-            when=when,
-            retry=retry,
-            join=join,
-            name=name,
-            serializer=serializer,
-            items=items,
-            max_parallel=max_parallel,
-            compensate=compensate,
-            timeout=timeout,
-            tags=tags,
-            priority=priority,
-            executor=executor,
-            delay=delay,
-            not_before=not_before,
-        )
+            fn, args, kwargs, deps, when=when, retry=retry, join=join, name=name,
+            serializer=serializer, items=items, max_parallel=max_parallel,
+            compensate=compensate, timeout=timeout, tags=tags, priority=priority,
+            executor=executor, delay=delay, not_before=not_before,
+        )  # fmt: skip
 
     def sleep(
         self,
