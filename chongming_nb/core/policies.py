@@ -301,11 +301,13 @@ class HistoryLimits:
     """How much history is kept, per task and of finished tasks in all
     (``Controller(history=...)``); each is said out loud where it applies.
 
-    ``store_log_bytes``: log text kept per task in the store (each line counts its
-    length + 100 for the row); the oldest lines are dropped first and one "… N lines
-    dropped" line stands for them. None: no limit.
+    ``store_log_bytes``: log text kept per task in the store (each line counts twice
+    its length + 100 for the row); the oldest lines are dropped first and one "… N
+    lines dropped" line stands for them. None: no limit.
     ``memory_log_lines`` / ``memory_log_bytes``: the kernel keeps at most this many of a
-    task's newest lines, and this much of their text, for ``h.logs()``.
+    running task's newest lines, and this much of their text, for ``h.logs()``. When
+    the task ends and there is a store, the kernel keeps only its last 20 lines and
+    ``h.logs()`` reads the store; without a store the tail stays.
     ``text_chars``: a failure's message and an attempt's traceback are cut to this many
     characters, with a marker giving the full size (one traceback per attempt).
     ``memory_finished_tasks``: the controller keeps this many finished tasks in memory;
