@@ -223,7 +223,7 @@ class Queries:
             book.flush_outbox()
             book.bus.flush(LOG_READ_WAIT)
             try:
-                return list(book.store.logs(t.snap.task_id, limit=limit))
+                return list(book.store.logs(t.snap.task_id, limit=limit or None))
             except Exception as exc:
                 log.warning("reading the log of %s from the store failed: %s", t.snap.task_id, exc)
         kept = len(lines)

@@ -138,6 +138,7 @@ def test_an_ended_task_logs_come_from_the_store_and_its_tail_answers_without_it(
     # the kernel kept 10 lines while it ran; the store has all 50, and h.logs() says so
     assert [r.line for r in h.logs()] == [f"line {i}" for i in range(50)]
     assert [r.line for r in h.logs(limit=3)] == ["line 47", "line 48", "line 49"]
+    assert h.logs(limit=0) == h.logs()  # 0: no limit, as for a running task
     assert len(ctl._book.task(h.id).logs or ()) <= 10
     store.close()  # the store cannot be read: the kernel's short tail answers, said so
     lines = h.logs()
