@@ -65,13 +65,13 @@ def list_rows(tasks: int, repeats: int) -> list[dict[str, Any]]:
     big = generated_store(tasks)
     rows = []
     for what, fn, small, peer_name in (
-        ("chongming ps --limit 20", _ps, 0, "empty store"),
+        ("chongming ps --limit 20", _ps, 0, "an empty store"),
         # an empty store lists nothing: the page's peer is a store whose page is full
         (
             f"REST list first page ({REST_PAGE} rows) + status counts",
             _first_page,
             2 * REST_PAGE,
-            f"store of {2 * REST_PAGE:,} tasks",
+            f"a store of {2 * REST_PAGE:,} tasks",
         ),
     ):
         empty = generated_store(small)
@@ -81,13 +81,13 @@ def list_rows(tasks: int, repeats: int) -> list[dict[str, Any]]:
             for path, got in samples.items():
                 got.append(fn(path) * 1e3)
         o, p = min(samples[big]), min(samples[empty])
-        metric = f"{what}: store of {tasks:,} tasks vs a {peer_name}"
+        metric = f"{what}: store of {tasks:,} tasks vs {peer_name}"
         rows.append(
             result(
                 metric,
                 round(o, 2),
                 "ms",
-                target=f"<= 1.5x the {peer_name}",
+                target=f"<= 1.5x {peer_name}",
                 passed=o <= 1.5 * p,
                 peer={peer_name: round(p, 2)},
                 ratio=o / p if p else None,

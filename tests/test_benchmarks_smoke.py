@@ -24,6 +24,8 @@ MY_METRICS = (
     "memory per finished task",
     "RSS growth",
     "attempts_df() over",
+    "per finished no-op task",
+    "chongming ps --limit 20",
 )
 
 
