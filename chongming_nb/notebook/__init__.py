@@ -8,7 +8,9 @@ module on first use, so the server extension can read the row shape
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from chongming_nb.core._lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from chongming_nb.notebook.display import make_table, task_bundle
@@ -16,19 +18,11 @@ if TYPE_CHECKING:
 
 __all__ = ["TaskTable", "make_table", "task_bundle"]
 
-_WHERE = {
-    "TaskTable": "chongming_nb.notebook.widget",
-    "make_table": "chongming_nb.notebook.display",
-    "task_bundle": "chongming_nb.notebook.display",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(
+    __name__,
+    {
+        "TaskTable": "chongming_nb.notebook.widget",
+        "make_table": "chongming_nb.notebook.display",
+        "task_bundle": "chongming_nb.notebook.display",
+    },
+)

@@ -12,8 +12,9 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from chongming_nb.core._lazy import lazy_getattr
 from chongming_nb.core.errors import StoreError
 from chongming_nb.stores._target import parse_target
 from chongming_nb.stores.protocol import (
@@ -49,18 +50,15 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # PostgresStore imports psycopg lazily: it is an optional dependency.
-    if name == "PostgresStore":
-        from chongming_nb.stores.postgres import PostgresStore
-
-        return PostgresStore
-    # not needed to reach a SQLite file (the chongming CLI): loaded on first use
-    if name == "InMemoryStore":
-        from chongming_nb.stores.memory import InMemoryStore
-
-        return InMemoryStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# PostgresStore imports psycopg (an optional dependency); the chongming CLI reaching a
+# SQLite file needs neither
+__getattr__ = lazy_getattr(
+    __name__,
+    {
+        "PostgresStore": "chongming_nb.stores.postgres",
+        "InMemoryStore": "chongming_nb.stores.memory",
+    },
+)
 
 
 def __dir__() -> list[str]:

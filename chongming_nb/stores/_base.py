@@ -4,14 +4,16 @@
 once in SQL that both databases accept (``?`` placeholders; the dialect turns them into
 ``%s`` for psycopg). A backend provides:
 
-* ``dialect`` (``_sql.SQLITE`` / ``_sql.POSTGRES``): placeholders, set membership,
-  tags, the claim's row lock;
-* ``_read()`` / ``_write()``: the connection under the store's lock, the second inside
-  one write transaction; database errors become ``StoreError`` naming the store;
+* ``dialect`` (``_sql.SQLITE`` / ``_sql.POSTGRES``) and ``driver_error`` (the
+  driver's error class): placeholders, set membership, tags, the claim's row lock;
+* ``_connect()`` and ``_fail()``: a new connection, and a ``StoreError`` naming the
+  store; the base keeps one connection per process under the store's lock (``_db``,
+  ``_read``, ``close``), a backend adds ``_write()`` (one write transaction);
 * ``_t(value)``: a time as the database stores it (SQLite: fixed-width UTC text;
   PostgreSQL: the aware datetime, a ``timestamptz``);
-* ``record_batch`` (the one write path of snapshots, history, logs and touches),
-  opening, migrating and ``close``.
+* ``_record(batch)``: the one write path of snapshots, history, logs and touches
+  (``record_batch``; ``create``, ``save`` and ``save_many`` are it with fewer parts),
+  opening and migrating.
 
 The tables are ``ddl(types)`` in each backend's column types, so their shape is stated
 once too.
@@ -19,11 +21,13 @@ once too.
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Literal, NamedTuple, Protocol
 
 from chongming_nb.core.errors import ConcurrencyConflict, StoreError
 from chongming_nb.core.models import AttemptRecord, Command, CommandState, TaskSnapshot, Transition
@@ -39,16 +43,17 @@ from chongming_nb.stores.protocol import (
     LogRecord,
     OwnerRecord,
     RunRecord,
+    SaveItem,
     TaskQuery,
     Touch,
     TouchViaTouchMany,
-    WritesViaRecordBatch,
     dropped_count,
     dropped_marker,
 )
 
 __all__ = [
     "FRAME_COLUMNS",
+    "Batch",
     "Conn",
     "Cursor",
     "FrameKind",
@@ -275,19 +280,33 @@ def check_version(version: int, target: int, fail: Any, *, readonly: bool = Fals
         )
 
 
+def stored_version(conn: Conn) -> int:
+    """The schema version recorded in ``chongming_schema`` (0 when it holds none)."""
+    row = conn.execute("SELECT MAX(version) FROM chongming_schema").fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
 def migrate(
     conn: Conn,
-    version: int,
+    tables: set[str],
     target: int,
     migrations: Mapping[int, Sequence[str]],
     fail: Any,
+    foreign: str,
     fresh: tuple[int, Sequence[str]] | None = None,
 ) -> int:
-    """Bring a schema at ``version`` up to ``target`` inside the caller's transaction
-    (``migrations[v]`` brings ``v - 1`` to ``v``; an empty database, version 0, is
-    created by ``fresh``'s statements at its version when given, and migrated on from
-    there); ``fail(message)`` makes the error for a schema newer than this release.
-    Returns the version reached."""
+    """Bring the schema of a database holding ``tables`` up to ``target`` inside the
+    caller's transaction (``migrations[v]`` brings ``v - 1`` to ``v``; an empty database,
+    version 0, is created by ``fresh``'s statements at its version when given, and
+    migrated on from there); ``fail(message)`` makes the error for a schema newer than
+    this release, and for a database that holds other tables (``foreign``, with
+    ``{tables}`` in it). Returns the version reached."""
+    if "chongming_schema" in tables:
+        version = stored_version(conn)
+    elif tables:
+        raise fail(foreign.format(tables=", ".join(sorted(tables))) + "; refusing to touch it")
+    else:
+        version = 0
     check_version(version, target, fail)
     if version == 0 and fresh is not None and fresh[0] <= target:
         for stmt in fresh[1]:
@@ -443,28 +462,96 @@ def _row(cur: Cursor, values: Sequence[Any]) -> dict[str, Any]:
     return {d[0]: v for d, v in zip(cur.description, values, strict=True)}
 
 
-class SqlStore(TouchViaTouchMany, WritesViaRecordBatch):
+class Batch(NamedTuple):
+    """One recorder batch: the parts of ``SqlStore.record_batch``."""
+
+    items: Sequence[SaveItem]
+    transitions: Sequence[Transition]
+    attempts: Sequence[AttemptRecord]
+    events: Sequence[EventRecord]
+    clears: Sequence[str]
+    logs: Sequence[tuple[str, Sequence[LogRecord]]]
+    touches: Sequence[Touch]
+
+
+class SqlStore(TouchViaTouchMany):
     """A ``TaskStore`` over a SQL database (see the module docstring)."""
 
     dialect: ClassVar[Dialect]
     #: The backend keeps a ``task_counts`` table (status -> tasks) up to date.
     _counted: ClassVar[bool] = False
+    #: the driver's base error: one raised inside ``_read``/``_write`` becomes StoreError
+    driver_error: ClassVar[type[Exception]]
+
+    # set by the backend's __init__
+    _url: str  # without a password
+    _lock: threading.RLock
+    _closed: bool
+    _schema: int
+    _pid: int
+    _conn: Any
 
     # ------------------------------------------------------ backend hooks
-    def _read(self) -> AbstractContextManager[Any]:  # pragma: no cover - abstract
+    def _connect(self) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def _fail(self, what: str, exc: BaseException | None = None) -> StoreError:
+        raise NotImplementedError  # pragma: no cover - abstract
+
     def _write(self) -> AbstractContextManager[Any]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _record(self, batch: Batch) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def _t(self, value: datetime | None) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    @property
-    def url(self) -> str:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def _usable(self, conn: Any) -> bool:
+        """Whether this process's connection can still be used (PostgreSQL: not closed
+        or broken by the server); a new one is opened when it cannot."""
+        return True
+
+    def _closed_hook(self) -> None:
+        """After ``close`` closed the connection, under the store's lock."""
 
     # ----------------------------------------------------------- plumbing
+    @property
+    def url(self) -> str:
+        return self._url
+
+    @property
+    def schema_version(self) -> int:
+        return self._schema
+
+    def _db(self) -> Any:
+        """The connection, under the store's lock: a forked child never shares its
+        parent's connection, and an unusable one is replaced."""
+        if self._closed:
+            raise self._fail("is closed")
+        if os.getpid() != self._pid or not self._usable(self._conn):
+            self._pid = os.getpid()
+            self._conn = self._connect()
+        return self._conn
+
+    @contextmanager
+    def _read(self) -> Iterator[Any]:
+        with self._lock:
+            conn = self._db()
+            try:
+                yield conn
+            except self.driver_error as exc:
+                raise self._fail("read failed", exc) from exc
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            with suppress(self.driver_error):
+                self._conn.close()
+            self._closed_hook()
+
     def _sql(self, sql: str) -> str:
         return self.dialect.q(sql)
 
@@ -501,6 +588,40 @@ class SqlStore(TouchViaTouchMany, WritesViaRecordBatch):
 
     def _timed(self, row: dict[str, Any], columns: Sequence[str]) -> tuple[Any, ...]:
         return tuple(self._t(v) if k in columns else v for k, v in row.items())
+
+    # ------------------------------------------------------------- writes
+    def record_batch(
+        self,
+        items: Sequence[SaveItem] = (),
+        transitions: Sequence[Transition] = (),
+        *,
+        attempts: Sequence[AttemptRecord] = (),
+        events: Sequence[EventRecord] = (),
+        clears: Sequence[str] = (),
+        logs: Sequence[tuple[str, Sequence[LogRecord]]] = (),
+        touches: Sequence[Touch] = (),
+    ) -> None:
+        """A whole recorder batch in ONE transaction (all lands or nothing does):
+        ``clear_attempts`` of ``clears`` first, then ``save_many(items, transitions,
+        attempts=..., events=...)``, then ``append_logs`` of each ``(task_id, lines)``,
+        then ``touch_many(touches)``; errors as those methods raise them."""
+        self._record(Batch(items, transitions, attempts, events, clears, logs, touches))
+
+    def create(self, snapshot: TaskSnapshot) -> None:
+        self.record_batch([(snapshot, None)])
+
+    def save(self, snapshot: TaskSnapshot, *, expect_version: int) -> None:
+        self.record_batch([(snapshot, expect_version)])
+
+    def save_many(
+        self,
+        items: Sequence[SaveItem],
+        transitions: Sequence[Transition] = (),
+        *,
+        attempts: Sequence[AttemptRecord] = (),
+        events: Sequence[EventRecord] = (),
+    ) -> None:
+        self.record_batch(items, transitions, attempts=attempts, events=events)
 
     # ---------------------------------------------------------- snapshots
     def get(self, task_id: str) -> TaskSnapshot | None:
@@ -798,13 +919,16 @@ class SqlStore(TouchViaTouchMany, WritesViaRecordBatch):
         return [codec.row_to_command(r) for r in rows]
 
     # ------------------------------------------------------- owners, runs
+    def _upsert(
+        self, table: str, cols: Sequence[str], key: str, row: dict[str, Any], times: Sequence[str]
+    ) -> None:
+        """Insert or replace the row keyed by ``key`` (its ``times`` as the store keeps them)."""
+        with self._write() as conn:
+            conn.execute(self._sql(upsert(table, cols, (key,))), self._timed(row, times))
+
     def upsert_owner(self, owner: OwnerRecord) -> None:
         row = codec.owner_to_row(owner)
-        with self._write() as conn:
-            conn.execute(
-                self._sql(upsert("owners", codec.OWNER_COLUMNS, ("owner_id",))),
-                self._timed(row, ("started_at", "heartbeat_at")),
-            )
+        self._upsert("owners", codec.OWNER_COLUMNS, "owner_id", row, ("started_at", "heartbeat_at"))
 
     def owners(self) -> list[OwnerRecord]:
         rows = self._fetch(f"SELECT {_cols(codec.OWNER_COLUMNS)} FROM owners ORDER BY owner_id")
@@ -812,11 +936,7 @@ class SqlStore(TouchViaTouchMany, WritesViaRecordBatch):
 
     def save_run(self, run: RunRecord) -> None:
         row = codec.run_to_row(run)
-        with self._write() as conn:
-            conn.execute(
-                self._sql(upsert("runs", codec.RUN_COLUMNS, ("run_id",))),
-                self._timed(row, ("created_at", "updated_at")),
-            )
+        self._upsert("runs", codec.RUN_COLUMNS, "run_id", row, ("created_at", "updated_at"))
 
     def get_run(self, run_id: str) -> RunRecord | None:
         r = self._one(f"SELECT {_cols(codec.RUN_COLUMNS)} FROM runs WHERE run_id = ?", (run_id,))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
+from dataclasses import fields, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -259,36 +259,13 @@ def failure_from_json(text: str | None) -> Failure | None:
 
 # --------------------------------------------------------------------- snapshots
 
-TASK_COLUMNS: tuple[str, ...] = (
-    "task_id",
-    "name",
-    "pipeline_run_id",
-    "tags",
-    "status",
-    "status_version",
-    "requested_action",
-    "attempt",
-    "max_attempts",
-    "created_at",
-    "queued_at",
-    "started_at",
-    "ended_at",
-    "last_heartbeat_at",
-    "retry_at",
-    "progress",
-    "failure",
-    "outcome",
-    "executor",
-    "pid",
-    "priority",
-    "deps",
-    "idempotency_key",
-    "bucket",
-    "bucket_key",
-    "lease_owner",
-    "lease_until",
-    "overridden",
-)
+
+def columns(record: type) -> tuple[str, ...]:
+    """The columns of a record's table: the fields of its dataclass, in order."""
+    return tuple(f.name for f in fields(record))
+
+
+TASK_COLUMNS = columns(TaskSnapshot)
 #: Columns that hold datetimes.
 TASK_TIME_COLUMNS = frozenset(_SNAPSHOT_TIMES)
 
@@ -413,19 +390,7 @@ def row_to_transition(r: Mapping[str, Any]) -> Transition:
     )
 
 
-ATTEMPT_COLUMNS: tuple[str, ...] = (
-    "task_id",
-    "attempt",
-    "started_at",
-    "ended_at",
-    "outcome",
-    "failure_kind",
-    "failure_message",
-    "traceback",
-    "executor",
-    "abandoned",
-    "exit_code",
-)
+ATTEMPT_COLUMNS = columns(AttemptRecord)
 
 
 def attempt_to_row(a: AttemptRecord) -> dict[str, Any]:
@@ -480,7 +445,7 @@ def row_to_log(r: Mapping[str, Any]) -> LogRecord:
     )
 
 
-EVENT_COLUMNS: tuple[str, ...] = ("event_id", "task_id", "at", "type", "payload")
+EVENT_COLUMNS = columns(EventRecord)
 
 
 def event_to_row(e: EventRecord) -> dict[str, Any]:
@@ -505,19 +470,7 @@ def row_to_event(r: Mapping[str, Any]) -> EventRecord:
 
 # ------------------------------------------------------------------- commands
 
-COMMAND_COLUMNS: tuple[str, ...] = (
-    "command_id",
-    "task_id",
-    "verb",
-    "args",
-    "actor",
-    "created_at",
-    "state",
-    "claimed_by",
-    "lease_until",
-    "completed_at",
-    "outcome",
-)
+COMMAND_COLUMNS = columns(Command)
 
 
 def command_to_row(c: Command) -> dict[str, Any]:
@@ -555,14 +508,7 @@ def row_to_command(r: Mapping[str, Any]) -> Command:
 
 # --------------------------------------------------------------- owners, runs
 
-OWNER_COLUMNS: tuple[str, ...] = (
-    "owner_id",
-    "host",
-    "pid",
-    "kernel_id",
-    "started_at",
-    "heartbeat_at",
-)
+OWNER_COLUMNS = columns(OwnerRecord)
 
 
 def owner_to_row(o: OwnerRecord) -> dict[str, Any]:
@@ -587,7 +533,7 @@ def row_to_owner(r: Mapping[str, Any]) -> OwnerRecord:
     )
 
 
-RUN_COLUMNS: tuple[str, ...] = ("run_id", "name", "status", "created_at", "updated_at", "spec")
+RUN_COLUMNS = columns(RunRecord)
 
 
 def run_to_row(run: RunRecord) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from chongming_nb.core.errors import ConcurrencyConflict, StoreError
 from chongming_nb.core.models import (
@@ -70,6 +70,18 @@ def _order_rows(
     dated.sort(key=lambda r: (r[1].created_at, r[0]), reverse=order == "newest")
     undated.sort(key=lambda r: r[0], reverse=order == "newest")
     return dated + undated
+
+
+R = TypeVar("R", LogRecord, EventRecord)
+
+
+def _newest(rows: list[tuple[int, R]], limit: int | None) -> list[R]:
+    """The records of ``(seq, record)`` rows in time order (ties: as written), the
+    newest ``limit`` of them."""
+    rows.sort(key=lambda r: (r[1].at, r[0]))
+    if limit is not None:
+        rows = rows[-limit:] if limit > 0 else []
+    return [rec for _, rec in rows]
 
 
 class InMemoryStore(TouchViaTouchMany):
@@ -272,10 +284,7 @@ class InMemoryStore(TouchViaTouchMany):
             rows = list(self._logs.get(task_id, []))
         if since is not None:
             rows = [r for r in rows if r[1].at > since]
-        rows.sort(key=lambda r: (r[1].at, r[0]))
-        if limit is not None:
-            rows = rows[-limit:] if limit > 0 else []
-        return [rec for _, rec in rows]
+        return _newest(rows, limit)
 
     def _append_events(self, events: Sequence[EventRecord]) -> None:
         for e in events:
@@ -306,10 +315,7 @@ class InMemoryStore(TouchViaTouchMany):
             and (since is None or r[1].at > since)
             and (types is None or r[1].type in types)
         ]
-        rows.sort(key=lambda r: (r[1].at, r[0]))
-        if limit is not None:
-            rows = rows[-limit:] if limit > 0 else []
-        return [e for _, e in rows]
+        return _newest(rows, limit)
 
     # --------------------------------------------------------- side channel
     def touch_many(self, touches: Sequence[Touch]) -> None:

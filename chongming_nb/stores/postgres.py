@@ -23,7 +23,7 @@ import os
 import re
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -31,20 +31,21 @@ import psycopg
 from psycopg import errors as pg_errors
 
 from chongming_nb.core.errors import StoreError
-from chongming_nb.core.models import AttemptRecord, Transition
 from chongming_nb.stores import _codec as codec
 from chongming_nb.stores import _sql
 from chongming_nb.stores._base import (
     CHANGED_INDEXES,
     DROPPED_INDEXES,
+    Batch,
     SqlStore,
     check_version,
     ddl,
     migrate,
+    stored_version,
     upsert,
 )
 from chongming_nb.stores._target import parse_target, redact, split_schema
-from chongming_nb.stores.protocol import SCHEMA_VERSION, EventRecord, LogRecord, SaveItem, Touch
+from chongming_nb.stores.protocol import SCHEMA_VERSION
 
 __all__ = ["MIGRATIONS", "PostgresStore"]
 
@@ -90,6 +91,7 @@ class PostgresStore(SqlStore):
     """A ``TaskStore`` in a PostgreSQL schema."""
 
     dialect = _sql.POSTGRES
+    driver_error = psycopg.Error
 
     def __init__(
         self,
@@ -101,12 +103,12 @@ class PostgresStore(SqlStore):
     ) -> None:
         target = parse_target(url)
         self._secrets = target.secrets
-        self._display = target.display
+        self._url = target.display
         self._readonly = readonly
         self._conninfo, self._schema_name = split_schema(url, schema)
         if not _IDENT.match(self._schema_name):
             raise StoreError(
-                f"postgres store {self._display}: schema name {self._schema_name!r} must "
+                f"postgres store {self._url}: schema name {self._schema_name!r} must "
                 "match [a-z_][a-z0-9_]*"
             )
         self._connect_timeout = connect_timeout
@@ -125,7 +127,7 @@ class PostgresStore(SqlStore):
     def _fail(self, what: str, exc: BaseException | None = None) -> StoreError:
         detail = f": {exc}".rstrip() if exc is not None else ""
         # a driver's message may quote the connection string: masked as a whole
-        where = f"postgres store {self._display} (schema {self._schema_name})"
+        where = f"postgres store {self._url} (schema {self._schema_name})"
         return StoreError(redact(f"{where}: {what}{detail}", self._secrets))
 
     def _connect(self) -> psycopg.Connection[Any]:
@@ -165,18 +167,14 @@ class PostgresStore(SqlStore):
                 conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"chongming:{name}",))
                 conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{name}"')
                 tables = self._tables()
-                version = 0
-                if "chongming_schema" in tables:
-                    row = conn.execute("SELECT MAX(version) FROM chongming_schema").fetchone()
-                    version = int(row[0]) if row and row[0] is not None else 0
-                elif tables:
-                    raise self._fail(
-                        "the schema holds tables of something else ("
-                        + ", ".join(sorted(tables))
-                        + "); refusing to touch it"
-                    )
                 version = migrate(
-                    conn, version, SCHEMA_VERSION, MIGRATIONS, self._fail, fresh=FRESH
+                    conn,
+                    tables,
+                    SCHEMA_VERSION,
+                    MIGRATIONS,
+                    self._fail,
+                    "the schema holds tables of something else ({tables})",
+                    fresh=FRESH,
                 )
         except psycopg.Error as exc:
             raise self._fail("cannot read or migrate the schema", exc) from exc
@@ -187,43 +185,29 @@ class PostgresStore(SqlStore):
         try:
             if "chongming_schema" not in self._tables():
                 raise StoreError(
-                    f"no store at {self._display} (schema {self._schema_name} holds no "
+                    f"no store at {self._url} (schema {self._schema_name} holds no "
                     "chongming tables)"
                 )
-            row = self._conn.execute("SELECT MAX(version) FROM chongming_schema").fetchone()
+            version = stored_version(self._conn)
         except psycopg.Error as exc:
             raise self._fail("cannot read the schema", exc) from exc
-        version = int(row[0]) if row and row[0] is not None else 0
         check_version(version, SCHEMA_VERSION, self._fail, readonly=True)
         self._schema = version
 
     # ---------------------------------------------------------- plumbing
     @property
-    def url(self) -> str:
-        return self._display
-
-    @property
     def schema(self) -> str:
         """The PostgreSQL schema holding the tables."""
         return self._schema_name
 
-    @property
-    def schema_version(self) -> int:
-        return self._schema
-
     def __repr__(self) -> str:
-        return f"PostgresStore({self._display!r}, schema={self._schema_name!r})"
+        return f"PostgresStore({self._url!r}, schema={self._schema_name!r})"
 
     def _t(self, value: datetime | None) -> datetime | None:
         return value  # a timestamptz takes the aware datetime itself
 
-    def _db(self) -> psycopg.Connection[Any]:
-        if self._closed:
-            raise self._fail("is closed")
-        if os.getpid() != self._pid or self._conn.closed or self._conn.broken:
-            self._pid = os.getpid()
-            self._conn = self._connect()
-        return self._conn
+    def _usable(self, conn: psycopg.Connection[Any]) -> bool:
+        return not (conn.closed or conn.broken)
 
     @contextmanager
     def _write(self) -> Iterator[psycopg.Connection[Any]]:
@@ -235,46 +219,24 @@ class PostgresStore(SqlStore):
             except psycopg.Error as exc:
                 raise self._fail("write failed", exc) from exc
 
-    @contextmanager
-    def _read(self) -> Iterator[psycopg.Connection[Any]]:
-        with self._lock:
-            conn = self._db()
-            try:
-                yield conn
-            except psycopg.Error as exc:
-                raise self._fail("read failed", exc) from exc
-
     # ------------------------------------------------------------ writes
-    def record_batch(
-        self,
-        items: Sequence[SaveItem] = (),
-        transitions: Sequence[Transition] = (),
-        *,
-        attempts: Sequence[AttemptRecord] = (),
-        events: Sequence[EventRecord] = (),
-        clears: Sequence[str] = (),
-        logs: Sequence[tuple[str, Sequence[LogRecord]]] = (),
-        touches: Sequence[Touch] = (),
-    ) -> None:
-        """A whole recorder batch in ONE transaction (all lands or nothing does):
-        ``clear_attempts`` of ``clears`` first, then ``save_many(items, transitions,
-        attempts=..., events=...)``, then ``append_logs`` of each ``(task_id, lines)``,
-        then ``touch_many(touches)``; errors as those methods raise them."""
+    def _record(self, batch: Batch) -> None:
         tx = safe = _sql.same_time
-        creates, updates = _sql.task_rows(items, tx, safe)
-        trows = _sql.transition_rows(transitions, tx, safe)
-        arows = _sql.attempt_rows(attempts, tx, safe)
-        erows = _sql.event_rows(events, tx, safe)
+        creates, updates = _sql.task_rows(batch.items, tx, safe)
+        trows = _sql.transition_rows(batch.transitions, tx, safe)
+        arows = _sql.attempt_rows(batch.attempts, tx, safe)
+        erows = _sql.event_rows(batch.events, tx, safe)
         lrows = [
             (tid, at, stream, line.replace("\x00", "\ufffd"), level)
-            for tid, at, stream, line, level in _sql.log_rows(logs, tx, safe)
+            for tid, at, stream, line, level in _sql.log_rows(batch.logs, tx, safe)
         ]
-        urows = _sql.touch_rows(touches, tx, safe)
+        urows = _sql.touch_rows(batch.touches, tx, safe)
+        clears = [(t,) for t in batch.clears]
         # one executemany per kind of row: psycopg pipelines them (no round trip per row)
         with self._write() as conn:
             cur = conn.cursor()
             if clears:
-                cur.executemany("DELETE FROM attempts WHERE task_id = %s", [(t,) for t in clears])
+                cur.executemany("DELETE FROM attempts WHERE task_id = %s", clears)
             if creates:
                 try:
                     with conn.transaction():  # a savepoint, so the error can be named
@@ -306,11 +268,3 @@ class PostgresStore(SqlStore):
         """Drop this store's schema and everything in it (tests and teardown only)."""
         with self._write() as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{self._schema_name}" CASCADE')
-
-    def close(self) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            with suppress(psycopg.Error):
-                self._conn.close()

@@ -438,38 +438,3 @@ class TouchViaTouchMany:
                 )
             ]
         )
-
-
-class WritesViaRecordBatch:
-    """Mixin for SQL backends whose one write path is ``record_batch`` (a whole recorder
-    batch in one transaction): ``create``, ``save`` and ``save_many`` are that path with
-    fewer parts, not second implementations."""
-
-    def record_batch(
-        self,
-        items: Sequence[SaveItem] = (),
-        transitions: Sequence[Transition] = (),
-        *,
-        attempts: Sequence[AttemptRecord] = (),
-        events: Sequence[EventRecord] = (),
-        clears: Sequence[str] = (),
-        logs: Sequence[tuple[str, Sequence[LogRecord]]] = (),
-        touches: Sequence[Touch] = (),
-    ) -> None:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def create(self, snapshot: TaskSnapshot) -> None:
-        self.record_batch([(snapshot, None)])
-
-    def save(self, snapshot: TaskSnapshot, *, expect_version: int) -> None:
-        self.record_batch([(snapshot, expect_version)])
-
-    def save_many(
-        self,
-        items: Sequence[SaveItem],
-        transitions: Sequence[Transition] = (),
-        *,
-        attempts: Sequence[AttemptRecord] = (),
-        events: Sequence[EventRecord] = (),
-    ) -> None:
-        self.record_batch(items, transitions, attempts=attempts, events=events)

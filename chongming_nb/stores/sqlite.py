@@ -44,14 +44,20 @@ from chongming_nb.core.models import (
 )
 from chongming_nb.stores import _codec as codec
 from chongming_nb.stores import _sql
-from chongming_nb.stores._base import SqlStore, check_version, ddl, migrate, table_columns, tables
+from chongming_nb.stores._base import (
+    Batch,
+    SqlStore,
+    check_version,
+    ddl,
+    migrate,
+    stored_version,
+    table_columns,
+    tables,
+)
 from chongming_nb.stores._codec import encode
 from chongming_nb.stores.protocol import (
     SCHEMA_VERSION,
-    EventRecord,
-    LogRecord,
     SaveItem,
-    Touch,
 )
 
 __all__ = ["MIGRATIONS", "SqliteStore", "StoreFileModeWarning"]
@@ -59,6 +65,8 @@ __all__ = ["MIGRATIONS", "SqliteStore", "StoreFileModeWarning"]
 _HEADER = b"SQLite format 3\x00"
 #: The files SQLite keeps beside the database in WAL mode.
 _SIDE = ("-wal", "-shm")
+#: The error for a database of other tables ({tables}: their names).
+_FOREIGN = "is a SQLite database of something else (tables: {tables})"
 
 
 class StoreFileModeWarning(UserWarning):
@@ -307,22 +315,8 @@ def _usual_task(s: TaskSnapshot) -> tuple[Any, ...] | None:
         return None
     created, queued, started = s.created_at, s.queued_at, s.started_at
     ended, beat = s.ended_at, s.last_heartbeat_at
-    if started is None and ended is None and beat is None and out is None:
-        return (  # in the columns of _UNSTARTED
-            s.task_id,
-            s.name,
-            encode(sorted(tags)) if tags else "[]",
-            s.status._value_,
-            s.status_version,
-            s.attempt,
-            s.max_attempts,
-            (_known(id(created)) or _micros(created))[1],
-            None if queued is None else (_known(id(queued)) or _micros(queued))[1],
-            s.executor,
-            s.priority,
-            encode(list(deps)) if deps else "[]",
-        )
-    return (  # in the columns of _USUAL
+    # the columns of _UNSTARTED, in order; _USUAL has four more before the last three
+    head = (
         s.task_id,
         s.name,
         encode(sorted(tags)) if tags else "[]",
@@ -332,13 +326,17 @@ def _usual_task(s: TaskSnapshot) -> tuple[Any, ...] | None:
         s.max_attempts,
         (_known(id(created)) or _micros(created))[1],
         None if queued is None else (_known(id(queued)) or _micros(queued))[1],
+    )
+    tail = (s.executor, s.priority, encode(list(deps)) if deps else "[]")
+    if started is None and ended is None and beat is None and out is None:
+        return head + tail
+    return (
+        *head,
         None if started is None else (_known(id(started)) or _micros(started))[1],
         None if ended is None else (_known(id(ended)) or _micros(ended))[1],
         None if beat is None else (_known(id(beat)) or _micros(beat))[1],
         None if out is None else encode(out),
-        s.executor,
-        s.priority,
-        encode(list(deps)) if deps else "[]",
+        *tail,
     )
 
 
@@ -534,22 +532,14 @@ class _BatchRows:
         "usual_updates",
     )
 
-    def __init__(
-        self,
-        items: Sequence[SaveItem],
-        transitions: Sequence[Transition],
-        attempts: Sequence[AttemptRecord],
-        events: Sequence[EventRecord],
-        logs: Sequence[tuple[str, Sequence[LogRecord]]],
-        touches: Sequence[Touch],
-    ) -> None:
+    def __init__(self, batch: Batch) -> None:
         self.tx = tx = _sql.micros_times()
         self.safe = safe = codec.dt_to_micros
         creates: list[tuple[_Many, list[tuple[Any, ...]]]] = []
         usual_updates: dict[_Many, list[tuple[Any, ...]]] = {}
         updates: list[tuple[Any, ...]] = []
         saved: list[SaveItem] = []
-        for snap, expect in _sql.collapse(items):
+        for snap, expect in _sql.collapse(batch.items):
             try:
                 core = _usual_task(snap)
             except Exception:  # the checking builder names what is wrong
@@ -572,11 +562,11 @@ class _BatchRows:
             creates[-1][1].append(_sql.task_row(snap, tx, safe) if core is None else core)
         self.creates, self.saved = creates, saved
         self.usual_updates, self.updates = usual_updates, updates
-        self.kinds, other = _usual_transitions(transitions)
+        self.kinds, other = _usual_transitions(batch.transitions)
         self.transitions = _sql.transition_rows(other, tx, safe) if other else []
         self.usual_attempts: list[tuple[Any, ...]] = []
         self.attempts: list[tuple[Any, ...]] = []
-        for a in attempts:
+        for a in batch.attempts:
             try:
                 arow = _usual_attempt(a)
             except Exception:  # the checking builder names what is wrong
@@ -585,9 +575,9 @@ class _BatchRows:
                 self.attempts.append(_sql.attempt_row(a, tx, safe))
             else:
                 self.usual_attempts.append(arow)
-        self.events = _sql.event_rows(events, tx, safe)
-        self.logs = _sql.log_rows(logs, tx, safe)
-        self.touches = _sql.touch_rows(touches, tx, safe)
+        self.events = _sql.event_rows(batch.events, tx, safe)
+        self.logs = _sql.log_rows(batch.logs, tx, safe)
+        self.touches = _sql.touch_rows(batch.touches, tx, safe)
 
 
 _TOUCH_COLUMNS = ("progress", "last_heartbeat_at", "lease_owner", "lease_until", "pid")
@@ -612,6 +602,7 @@ class SqliteStore(SqlStore):
 
     dialect = _sql.SQLITE
     _counted = True
+    driver_error = sqlite3.Error
 
     def __init__(
         self,
@@ -622,6 +613,7 @@ class SqliteStore(SqlStore):
         create: bool = True,
     ) -> None:
         self._path = Path(path).expanduser().absolute()
+        self._url = f"sqlite://{self._path}"
         self._timeout = timeout
         self._readonly = readonly
         self._lock = threading.RLock()
@@ -668,14 +660,7 @@ class SqliteStore(SqlStore):
         if not os.access(parent, os.W_OK | os.X_OK):
             raise self._fail(f"directory {parent} is not writable")
         if path.exists():
-            with _LIVE_LOCK:
-                if _LIVE.get(_file_key(path) or (-1, -1)):
-                    return  # opened by SQLite in this process already: no raw open/close
-            try:
-                with path.open("rb") as fh:
-                    header = fh.read(len(_HEADER))
-            except OSError as exc:
-                raise self._fail("cannot read the file", exc) from exc
+            header = self._header()
             if header and header != _HEADER:
                 raise self._fail("is not a SQLite database (corrupt or foreign file); left as is")
             return
@@ -690,6 +675,18 @@ class SqliteStore(SqlStore):
         finally:
             os.close(fd)
 
+    def _header(self) -> bytes | None:
+        """The first bytes of the existing file (b"" for an empty one); None when SQLite
+        has it open in this process already (no raw open/close of a live file)."""
+        with _LIVE_LOCK:
+            if _LIVE.get(_file_key(self._path) or (-1, -1)):
+                return None
+        try:
+            with self._path.open("rb") as fh:
+                return fh.read(len(_HEADER))
+        except OSError as exc:
+            raise self._fail("cannot read the file", exc) from exc
+
     def _check_existing(self) -> None:
         """Opening without creating (read-only, or ``create=False``): the file must be
         there and be a SQLite file; nothing is created, not even a directory."""
@@ -698,15 +695,8 @@ class SqliteStore(SqlStore):
             raise self._fail("is a directory, not a database file")
         if not path.exists():
             raise StoreError(f"no store at {path}")
-        with _LIVE_LOCK:
-            if _LIVE.get(_file_key(path) or (-1, -1)):
-                return  # opened by SQLite in this process already: no raw open/close
-        try:
-            with path.open("rb") as fh:
-                header = fh.read(len(_HEADER))
-        except OSError as exc:
-            raise self._fail("cannot read the file", exc) from exc
-        if header != _HEADER:
+        header = self._header()
+        if header is not None and header != _HEADER:
             if not header:
                 raise StoreError(f"no store at {path} (the file is empty)")
             raise self._fail("is not a SQLite database (corrupt or foreign file); left as is")
@@ -784,28 +774,23 @@ class SqliteStore(SqlStore):
             raise
         return conn
 
+    def _tables(self) -> set[str]:
+        cur = self._conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        )
+        return {r[0] for r in cur}
+
     def _check_schema(self) -> None:
         """Read-only: the file must hold this release's schema (nothing is migrated)."""
         try:
-            tables = {
-                r[0]
-                for r in self._conn.execute(
-                    "SELECT name FROM sqlite_master WHERE type = 'table' "
-                    "AND name NOT LIKE 'sqlite_%'"
-                )
-            }
+            tables = self._tables()
             if "chongming_schema" not in tables:
                 if tables:
-                    raise self._fail(
-                        "is a SQLite database of something else (tables: "
-                        + ", ".join(sorted(tables))
-                        + ")"
-                    )
+                    raise self._fail(_FOREIGN.format(tables=", ".join(sorted(tables))))
                 raise StoreError(f"no store at {self._path} (the database has no tables)")
-            row = self._conn.execute("SELECT MAX(version) FROM chongming_schema").fetchone()
+            version = stored_version(self._conn)
         except sqlite3.Error as exc:
             raise self._fail("cannot read the schema (corrupt?)", exc) from exc
-        version = int(row[0]) if row and row[0] is not None else 0
         check_version(version, SCHEMA_VERSION, self._fail, readonly=True)
         self._schema = version
 
@@ -814,25 +799,9 @@ class SqliteStore(SqlStore):
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                tables = {
-                    r[0]
-                    for r in conn.execute(
-                        "SELECT name FROM sqlite_master WHERE type = 'table' "
-                        "AND name NOT LIKE 'sqlite_%'"
-                    )
-                }
-                version = 0
-                if "chongming_schema" in tables:
-                    row = conn.execute("SELECT MAX(version) FROM chongming_schema").fetchone()
-                    version = int(row[0]) if row and row[0] is not None else 0
-                elif tables:
-                    raise self._fail(
-                        "is a SQLite database of something else (tables: "
-                        + ", ".join(sorted(tables))
-                        + "); refusing to touch it"
-                    )
+                tables = self._tables()
                 version = migrate(
-                    conn, version, SCHEMA_VERSION, MIGRATIONS, self._fail, fresh=FRESH
+                    conn, tables, SCHEMA_VERSION, MIGRATIONS, self._fail, _FOREIGN, fresh=FRESH
                 )
                 conn.execute("COMMIT")
             except BaseException:
@@ -845,31 +814,14 @@ class SqliteStore(SqlStore):
 
     # ------------------------------------------------------------ plumbing
     @property
-    def url(self) -> str:
-        return f"sqlite://{self._path}"
-
-    @property
     def path(self) -> Path:
         return self._path
-
-    @property
-    def schema_version(self) -> int:
-        return self._schema
 
     def __repr__(self) -> str:
         return f"SqliteStore({str(self._path)!r})"
 
     def _t(self, value: datetime | None) -> int | None:
         return codec.dt_to_micros(value)
-
-    def _db(self) -> sqlite3.Connection:
-        if self._closed:
-            raise self._fail("is closed")
-        if os.getpid() != self._pid:
-            # forked: never share a connection across processes
-            self._pid = os.getpid()
-            self._conn = self._connect()
-        return self._conn
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -890,35 +842,14 @@ class SqliteStore(SqlStore):
                     raise self._fail("write failed", exc) from exc
                 raise
 
-    @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            conn = self._db()
-            try:
-                yield conn
-            except sqlite3.Error as exc:
-                raise self._fail("read failed", exc) from exc
-
     # ------------------------------------------------------------ snapshots
-    def record_batch(
-        self,
-        items: Sequence[SaveItem] = (),
-        transitions: Sequence[Transition] = (),
-        *,
-        attempts: Sequence[AttemptRecord] = (),
-        events: Sequence[EventRecord] = (),
-        clears: Sequence[str] = (),
-        logs: Sequence[tuple[str, Sequence[LogRecord]]] = (),
-        touches: Sequence[Touch] = (),
-    ) -> None:
-        """A whole recorder batch in ONE transaction (all lands or nothing does):
-        ``clear_attempts`` of ``clears`` first, then ``save_many(items, transitions,
-        attempts=..., events=...)``, then ``append_logs`` of each ``(task_id, lines)``,
-        then ``touch_many(touches)``; errors as those methods raise them."""
-        rows = _BatchRows(items, transitions, attempts, events, logs, touches)
+    def _record(self, batch: Batch) -> None:
+        rows = _BatchRows(batch)
         with self._write() as conn:
-            if clears:
-                conn.executemany("DELETE FROM attempts WHERE task_id = ?", [(t,) for t in clears])
+            if batch.clears:
+                conn.executemany(
+                    "DELETE FROM attempts WHERE task_id = ?", [(t,) for t in batch.clears]
+                )
             if rows.creates:
                 self._insert_tasks(conn, rows.creates)
             if rows.saved:
@@ -990,17 +921,11 @@ class SqliteStore(SqlStore):
             rows = conn.execute("PRAGMA integrity_check").fetchall()
             return "\n".join(str(r[0]) for r in rows)
 
-    def close(self) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            with suppress(sqlite3.Error):
-                self._conn.close()
-            if self._key is not None:
-                with _LIVE_LOCK:
-                    left = _LIVE.get(self._key, 0) - 1
-                    if left > 0:
-                        _LIVE[self._key] = left
-                    else:
-                        _LIVE.pop(self._key, None)
+    def _closed_hook(self) -> None:
+        if self._key is not None:
+            with _LIVE_LOCK:
+                left = _LIVE.get(self._key, 0) - 1
+                if left > 0:
+                    _LIVE[self._key] = left
+                else:
+                    _LIVE.pop(self._key, None)
