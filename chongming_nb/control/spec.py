@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar, overload
+from typing import Any, TypedDict, TypeVar, Unpack, overload
 
 from chongming_nb.core._fast import evolver
 from chongming_nb.core.errors import ConfigurationError
@@ -120,25 +120,26 @@ def check_start(delay: Any, not_before: Any) -> dict[str, Any]:
     return {}
 
 
+class TaskOptions(TypedDict, total=False):
+    """The keywords of ``@task(...)`` (for type checkers; ``task`` itself names them)."""
+
+    name: str | None
+    retry: RetryPolicy | int | None
+    timeout: Timeout | float | None
+    tags: Iterable[str] | None
+    priority: int | None
+    executor: str | Executor | None
+    compensate: Callable[..., Any] | None
+    delay: float | None
+    not_before: datetime | None
+
+
 @overload
 def task(fn: F, /) -> F: ...
 
 
 @overload
-def task(
-    fn: None = None,
-    /,
-    *,
-    name: str | None = None,
-    retry: RetryPolicy | int | None = None,
-    timeout: Timeout | float | None = None,
-    tags: Iterable[str] | None = None,
-    priority: int | None = None,
-    executor: str | Executor | None = None,
-    compensate: Callable[..., Any] | None = None,
-    delay: float | None = None,
-    not_before: datetime | None = None,
-) -> Callable[[F], F]: ...
+def task(fn: None = None, /, **options: Unpack[TaskOptions]) -> Callable[[F], F]: ...
 
 
 def task(

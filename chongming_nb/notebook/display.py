@@ -12,7 +12,7 @@ import logging
 import uuid
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from chongming_nb.notebook.rows import render_html, render_plain
 from chongming_nb.notebook.widget import (
@@ -23,7 +23,15 @@ from chongming_nb.notebook.widget import (
     TaskTable,
 )
 
-__all__ = ["SNAPSHOT_MIME", "WIDGET_MIME", "board", "make_table", "show", "task_bundle"]
+__all__ = [
+    "SNAPSHOT_MIME",
+    "WIDGET_MIME",
+    "TableView",
+    "board",
+    "make_table",
+    "show",
+    "task_bundle",
+]
 
 log = logging.getLogger("chongming_nb.notebook")
 
@@ -41,30 +49,29 @@ def _now(ctl: ControllerLike) -> datetime:
     return datetime.now(UTC)
 
 
-def make_table(
-    ctl: ControllerLike,
-    *,
-    task_ids: Iterable[str] | None = None,
-    pipeline_run_id: str | None = None,
-    filter: Mapping[str, Any] | None = None,
-    title: str | None = None,
-    kind: str = "task",
-    run: Any = None,
-) -> TaskTable:
+class TableView(TypedDict, total=False):
+    """What a table shows (``TaskTable``'s keywords): some tasks by id, a pipeline run's,
+    or a filtered board, under a title; ``kind`` is "task", "run" or "board"."""
+
+    task_ids: Iterable[str] | None
+    pipeline_run_id: str | None
+    filter: Mapping[str, Any] | None
+    title: str | None
+    kind: str
+    #: a pipeline run: its graph above its table
+    run: Any
+
+
+def make_table(ctl: ControllerLike, **view: Unpack[TableView]) -> TaskTable:
     """The live widget for a task, a run or a board (what ``ctl.board()`` returns); a
     pipeline ``run`` gets its graph above its table."""
+    run = view.pop("run", None)
     if run is not None:
         from chongming_nb.notebook.run_graph import RunTable
 
-        return RunTable(ctl, run, filter=filter, title=title)
-    return TaskTable(
-        ctl,
-        kind=kind,
-        task_ids=task_ids,
-        pipeline_run_id=pipeline_run_id,
-        filter=filter,
-        title=title,
-    )
+        return RunTable(ctl, run, filter=view.get("filter"), title=view.get("title"))
+    view.setdefault("kind", "task")  # (TaskTable's own default is "board")
+    return TaskTable(ctl, **view)  # type: ignore[misc]  # (no "run": popped above)
 
 
 def snapshot_bundle(
@@ -91,50 +98,30 @@ def snapshot_bundle(
 
 
 def _table_and_bundle(
-    ctl: ControllerLike,
-    *,
-    task_ids: Iterable[str] | None = None,
-    pipeline_run_id: str | None = None,
-    filter: Mapping[str, Any] | None = None,
-    title: str | None = None,
-    kind: str = "task",
-    run: Any = None,
+    ctl: ControllerLike, view: TableView
 ) -> tuple[TaskTable | None, dict[str, Any]]:
     try:
-        table = make_table(
-            ctl,
-            task_ids=task_ids,
-            pipeline_run_id=pipeline_run_id,
-            filter=filter,
-            title=title,
-            kind=kind,
-            run=run,
-        )
+        table = make_table(ctl, **view)
     except ValueError:
         raise
     except Exception:
         log.exception("could not build the task widget; showing a static snapshot")
-        query: dict[str, Any] = dict(filter or {})
+        query: dict[str, Any] = dict(view.get("filter") or {})
+        task_ids = view.get("task_ids")
         if task_ids is not None:
             query["ids"] = list(task_ids)
+        pipeline_run_id = view.get("pipeline_run_id")
         if pipeline_run_id is not None:
             query["pipeline_run_id"] = pipeline_run_id
         from chongming_nb.notebook.rows import build_row
 
         rows = [build_row(s, ctl.can_all(s.task_id)) for s in ctl.list_tasks(**query)]
-        return None, snapshot_bundle(ctl, rows, title=title)
+        return None, snapshot_bundle(ctl, rows, title=view.get("title"))
     return table, table.bundle()
 
 
 def task_bundle(
-    ctl: ControllerLike,
-    *,
-    task_ids: Iterable[str] | None = None,
-    pipeline_run_id: str | None = None,
-    filter: Mapping[str, Any] | None = None,
-    title: str | None = None,
-    kind: str = "task",
-    run: Any = None,
+    ctl: ControllerLike, **view: Unpack[TableView]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(data, metadata)`` for ``_repr_mimebundle_``: widget view + html + plain +
     the snapshot json (see ``TaskTable.bundle``).
@@ -142,42 +129,17 @@ def task_bundle(
     If the widget cannot be built (e.g. no kernel comm machinery), the html and plain
     snapshots are still returned.
     """
-    _, data = _table_and_bundle(
-        ctl,
-        task_ids=task_ids,
-        pipeline_run_id=pipeline_run_id,
-        filter=filter,
-        title=title,
-        kind=kind,
-        run=run,
-    )
+    _, data = _table_and_bundle(ctl, view)
     return data, {}
 
 
-def show(
-    ctl: ControllerLike,
-    *,
-    task_ids: Iterable[str] | None = None,
-    pipeline_run_id: str | None = None,
-    filter: Mapping[str, Any] | None = None,
-    title: str | None = None,
-    kind: str = "task",
-    run: Any = None,
-) -> str:
+def show(ctl: ControllerLike, **view: Unpack[TableView]) -> str:
     """``_ipython_display_`` of a handle or a run: display the table with a display id
     and keep that output updated as its tasks change status (so the saved notebook and
     its html export show the final state). Returns the display id."""
     from IPython.display import display
 
-    table, data = _table_and_bundle(
-        ctl,
-        task_ids=task_ids,
-        pipeline_run_id=pipeline_run_id,
-        filter=filter,
-        title=title,
-        kind=kind,
-        run=run,
-    )
+    table, data = _table_and_bundle(ctl, view)
     display_id = uuid.uuid4().hex
     display(data, raw=True, display_id=display_id)
     if table is not None:
