@@ -6,15 +6,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar, dataclass_transform
 
 from chongming_nb.core._fast import fast_init
 from chongming_nb.core.models import AttemptRecord, Failure, Progress, TaskSnapshot
 from chongming_nb.core.states import TaskStatus
 
+T = TypeVar("T")
 
-@fast_init
-@dataclass(frozen=True, slots=True, kw_only=True)
+
+@dataclass_transform(frozen_default=True, kw_only_default=True, field_specifiers=(field,))
+def event_type(cls: type[T]) -> type[T]:
+    """Declare an event type: a frozen, slotted, keyword-only dataclass, built fast
+    (``_fast.fast_init``)."""
+    return fast_init(dataclass(frozen=True, slots=True, kw_only=True)(cls))
+
+
+@event_type
 class Event:
     event_id: str
     at: datetime
@@ -25,14 +33,12 @@ class Event:
         return type(self).__name__
 
 
-@fast_init
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event_type
 class TaskCreated(Event):
     snapshot: TaskSnapshot
 
 
-@fast_init
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event_type
 class TaskStatusChanged(Event):
     from_status: TaskStatus
     to_status: TaskStatus
@@ -42,35 +48,30 @@ class TaskStatusChanged(Event):
     version: int
 
 
-@fast_init
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event_type
 class AttemptStarted(Event):
     attempt: int
     executor: str | None = None
 
 
-@fast_init
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event_type
 class AttemptFailed(Event):
     attempt: int
     failure: Failure
     record: AttemptRecord | None = None
 
 
-@fast_init
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event_type
 class ProgressUpdated(Event):
     progress: Progress
 
 
-@fast_init
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event_type
 class TaskHeartbeat(Event):
     pass
 
 
-@fast_init
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event_type
 class TaskOutput(Event):
     """Something a task chose to emit with ``ctx.emit(kind, payload)``."""
 
@@ -78,8 +79,7 @@ class TaskOutput(Event):
     payload: Any = None
 
 
-@fast_init
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event_type
 class TaskLogLine(Event):
     """One line a task printed or logged (stream: stdout, stderr or log)."""
 
@@ -88,16 +88,14 @@ class TaskLogLine(Event):
     level: str | None = None
 
 
-@fast_init
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event_type
 class TaskWarning(Event):
     """Something the user should know that is not a failure (e.g. a pause rolled back)."""
 
     message: str
 
 
-@fast_init
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event_type
 class CompensationRan(Event):
     """A compensation callable ran for a succeeded node (ok) or raised (error)."""
 
@@ -105,8 +103,7 @@ class CompensationRan(Event):
     error: str | None = None
 
 
-@fast_init
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event_type
 class PipelineRunStatusChanged(Event):
     run_id: str
     from_status: str | None
@@ -114,8 +111,7 @@ class PipelineRunStatusChanged(Event):
     counts: Mapping[str, int] = field(default_factory=dict)
 
 
-@fast_init
-@dataclass(frozen=True, slots=True, kw_only=True)
+@event_type
 class AdminOverride(Event):
     from_status: TaskStatus
     to_status: TaskStatus

@@ -127,8 +127,8 @@ class StateMachine:
         to: TaskStatus,
         *,
         trigger: str,
-        actor: str,
-        reason: str | None,
+        actor: str | None = None,
+        reason: str | None = None,
         override: bool = False,
         revive: bool = False,
         changes: Mapping[str, Any] | None = None,
@@ -140,7 +140,8 @@ class StateMachine:
 
         ``evolve`` + ``values``: the copy for an edge that always writes the same extra
         fields (``evolve(s, changes, to, version, ended_at, requested, *values)``);
-        by default, ``retry_at`` is cleared except on arrival in RETRY_WAIT."""
+        by default, ``retry_at`` is cleared except on arrival in RETRY_WAIT. ``actor``:
+        by default the one the trigger names (``"executor"`` of ``"executor:started"``)."""
         # retry/reset (revive) and force_transition (override) are the only ways
         # around the table; everything else must be an edge of it.
         arrival = _EDGES.get((s.status, to))
@@ -162,6 +163,8 @@ class StateMachine:
             new = _evolve_status_keep_retry(s, changes, to, version, ended, requested)
         else:
             new = _evolve_status(s, changes, to, version, ended, requested, None)
+        if actor is None:
+            actor = trigger.partition(":")[0]
         tr = Transition(s.task_id, s.status, to, trigger, actor, reason, now, version, override)
         return new, tr
 
@@ -429,7 +432,6 @@ class StateMachine:
             s,
             S.BLOCKED,
             trigger="scheduler:blocked",
-            actor="scheduler",
             reason=reason,
             changes=None if until is None else {"retry_at": until},
         )
@@ -470,8 +472,6 @@ class StateMachine:
             s,
             S.STARTING,
             trigger="scheduler:dispatch",
-            actor="scheduler",
-            reason=None,
             now=now,
             evolve=_evolve_starting,
             # retry_at, attempt, started_at, last_heartbeat_at, executor, failure, progress
@@ -491,8 +491,6 @@ class StateMachine:
             s,
             S.RUNNING,
             trigger="executor:started",
-            actor="executor",
-            reason=None,
             changes=None if pid is None else {"pid": pid},
             now=at,
         )
@@ -500,15 +498,13 @@ class StateMachine:
     def confirm_paused(self, s: TaskSnapshot) -> Result:
         if s.status is not S.PAUSING:
             raise self._reject(s, "confirm_paused", frozenset({S.PAUSING}))
-        return self._apply(s, S.PAUSED, trigger="executor:paused", actor="executor", reason=None)
+        return self._apply(s, S.PAUSED, trigger="executor:paused")
 
     def abort_pause(self, s: TaskSnapshot, *, reason: str | None = None) -> Result:
         """PAUSING -> RUNNING: the pause was not reached in time, or was withdrawn."""
         if s.status is not S.PAUSING:
             raise self._reject(s, "abort_pause", frozenset({S.PAUSING}))
-        return self._apply(
-            s, S.RUNNING, trigger="executor:pause_aborted", actor="executor", reason=reason
-        )
+        return self._apply(s, S.RUNNING, trigger="executor:pause_aborted", reason=reason)
 
     def confirm_stopped(
         self,
@@ -536,7 +532,6 @@ class StateMachine:
             s,
             S.STOPPED,
             trigger="executor:stopped",
-            actor="executor",
             reason=reason,
             changes=changes,
         )
@@ -555,8 +550,6 @@ class StateMachine:
             s,
             S.SUCCEEDED,
             trigger="executor:returned",
-            actor="executor",
-            reason=None,
             now=now,
             evolve=_evolve_succeeded,
             values=(None, outcome, None),  # retry_at, outcome, failure
@@ -579,7 +572,6 @@ class StateMachine:
                 s,
                 S.RETRY_WAIT,
                 trigger="executor:failed",
-                actor="executor",
                 reason=failure.message,
                 changes={
                     "failure": failure,
