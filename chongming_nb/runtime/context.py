@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import InitVar, dataclass, field
 from datetime import datetime
 from itertools import count, islice
 from operator import itemgetter
@@ -54,50 +55,32 @@ class _TaskLogAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]
         return msg, kwargs
 
 
+@dataclass(slots=True, kw_only=True, eq=False, repr=False)
 class TaskContext:
     """What a running task can see and do. See the user guide for the checkpoint rule:
     long loops must call ``checkpoint()`` (or iterate with ``track``), or stop and pause
     cannot reach them."""
 
-    __slots__ = (
-        "_artifacts",
-        "_artifacts_root",
-        "_log",
-        "_reporter",
-        "attempt",
-        "checkpoint",
-        "deadline",
-        "name",
-        "pipeline_run_id",
-        "task_id",
-        "token",
-    )
+    task_id: str
+    name: str
+    attempt: int
+    token: CancellationToken
+    reporter: InitVar[Reporter]
+    pipeline_run_id: str | None = None
+    deadline: datetime | None = None
+    artifacts_root: InitVar[Path | None] = None
+    #: Cooperative stop/pause point: returns at once, raises TaskCancelled on a stop
+    #: request, blocks while paused. Bound straight to the token: one attribute check.
+    checkpoint: Callable[[], None] = field(init=False)
+    _reporter: Reporter = field(init=False)
+    _artifacts_root: Path | None = field(init=False)
+    _artifacts: Path | None = field(init=False, default=None)
+    _log: _TaskLogAdapter | None = field(init=False, default=None)
 
-    def __init__(
-        self,
-        *,
-        task_id: str,
-        name: str,
-        attempt: int,
-        token: CancellationToken,
-        reporter: Reporter,
-        pipeline_run_id: str | None = None,
-        deadline: datetime | None = None,
-        artifacts_root: Path | None = None,
-    ) -> None:
-        self.task_id = task_id
-        self.name = name
-        self.attempt = attempt
-        self.pipeline_run_id = pipeline_run_id
-        self.deadline = deadline
-        self.token = token
+    def __post_init__(self, reporter: Reporter, artifacts_root: Path | None) -> None:
         self._reporter = reporter
         self._artifacts_root = artifacts_root
-        self._artifacts: Path | None = None
-        #: Cooperative stop/pause point: returns at once, raises TaskCancelled on a stop
-        #: request, blocks while paused. Bound straight to the token: one attribute check.
-        self.checkpoint = token.checkpoint
-        self._log: _TaskLogAdapter | None = None
+        self.checkpoint = self.token.checkpoint
 
     @property
     def log(self) -> logging.LoggerAdapter:  # type: ignore[type-arg]

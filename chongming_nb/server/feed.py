@@ -23,7 +23,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from chongming_nb.core.models import TaskSnapshot
@@ -55,32 +55,24 @@ class FeedAnswer:
 Reader = Callable[[Callable[[], Any]], Awaitable[Any]]
 
 
+@dataclass(eq=False)
 class Feed:
     """Change tracking for one server. ``read(fn)`` runs a blocking store call off the
     event loop (the server passes its store executor)."""
 
-    def __init__(
-        self,
-        store: Callable[[], Any],
-        read: Reader,
-        *,
-        window: int = 2000,
-        interval: float = 0.25,
-        full_every: int = 20,
-        idle_after: float = 60.0,
-        monotonic: Callable[[], float] = time.monotonic,
-        gone: Callable[[list[TaskSnapshot]], set[str]] | None = None,
-    ) -> None:
-        self._store = store
-        # which of the polled tasks lost their kernel (server.liveness): part of a
-        # task's fingerprint, so a kernel restart reaches the sidebar within a poll
-        self._gone = gone
-        self._read = read
-        self.window = window
-        self.interval = interval
-        self.full_every = full_every
-        self.idle_after = idle_after
-        self._monotonic = monotonic
+    store: Callable[[], Any]
+    read: Reader
+    _: KW_ONLY
+    window: int = 2000
+    interval: float = 0.25
+    full_every: int = 20
+    idle_after: float = 60.0
+    monotonic: Callable[[], float] = time.monotonic
+    #: which of the polled tasks lost their kernel (server.liveness): part of a task's
+    #: fingerprint, so a kernel restart reaches the sidebar within a poll
+    gone: Callable[[list[TaskSnapshot]], set[str]] | None = None
+
+    def __post_init__(self) -> None:
         self.seq = 0
         self.polls = 0
         self._floor = 0
@@ -97,7 +89,7 @@ class Feed:
     # ------------------------------------------------------------ polling
 
     def _scan(self, full: bool) -> tuple[dict[TaskStatus, int], list[TaskSnapshot], bool, set[str]]:
-        store = self._store()
+        store = self.store()
         counts = store.counts()
         if not full and self._counts is not None and counts != self._counts:
             full = True
@@ -116,9 +108,9 @@ class Feed:
             if gone:
                 snaps.extend(store.query(TaskQuery(ids=frozenset(gone))))
         lost_kernel: set[str] = set()
-        if self._gone is not None:
+        if self.gone is not None:
             try:
-                lost_kernel = self._gone([s for s in snaps if s.status in NON_TERMINAL])
+                lost_kernel = self.gone([s for s in snaps if s.status in NON_TERMINAL])
             except Exception:
                 log.exception("chongming feed: checking the owning kernels failed")
         return counts, snaps, full, lost_kernel
@@ -129,7 +121,7 @@ class Feed:
             self._lock = asyncio.Lock()
         async with self._lock:
             want_full = full or self._counts is None or self._since_full >= self.full_every
-            counts, snaps, was_full, lost_kernel = await self._read(lambda: self._scan(want_full))
+            counts, snaps, was_full, lost_kernel = await self.read(lambda: self._scan(want_full))
             self.polls += 1
             self._since_full = 0 if was_full else self._since_full + 1
             self._counts = counts
@@ -167,7 +159,7 @@ class Feed:
 
     async def _loop(self) -> None:
         assert self._nudge is not None
-        while self._waiters or self._monotonic() - self._last_request < self.idle_after:
+        while self._waiters or self.monotonic() - self._last_request < self.idle_after:
             try:
                 await self.poll_once()
             except Exception:
@@ -178,7 +170,7 @@ class Feed:
         self._task = None
 
     def _ensure_running(self) -> None:
-        self._last_request = self._monotonic()
+        self._last_request = self.monotonic()
         if self._nudge is None:
             self._nudge = asyncio.Event()
         if self._task is None or self._task.done():
@@ -227,5 +219,5 @@ class Feed:
                 await asyncio.wait_for(fut, timeout)
         finally:
             self._waiters.discard(fut)
-            self._last_request = self._monotonic()
+            self._last_request = self.monotonic()
         return self.changes(since)

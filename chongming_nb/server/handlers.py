@@ -31,6 +31,7 @@ from chongming_nb.server.serialize import (
     owner_row,
     parse_owner,
     task_detail,
+    task_row,
     task_rows,
 )
 from chongming_nb.server.state import SETTINGS_KEY, ServerState
@@ -218,13 +219,17 @@ class TaskHandler(_Base):
             if snap is None:
                 return None
             now = self.cm.clock.now()
-            return task_detail(
+            row = task_row(
                 snap,
                 sm=self.cm.sm,
                 now=now,
                 gone=self.cm.liveness.gone([snap], now=now, owners=owners).get(task_id),
                 owners=owners,
                 sessions=sessions,
+            )
+            return task_detail(
+                snap,
+                row,
                 attempts=store.attempts(task_id),
                 history=store.history(task_id),
                 logs=store.logs(task_id, limit=lines) if lines else [],

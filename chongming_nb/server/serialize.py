@@ -197,18 +197,15 @@ def event_row(e: EventRecord) -> dict[str, Any]:
 
 def task_detail(
     snap: TaskSnapshot,
+    row: dict[str, Any],
     *,
-    sm: StateMachine,
-    now: datetime,
-    owners: Mapping[str, OwnerRecord],
-    sessions: Mapping[str, str],
     attempts: Sequence[AttemptRecord],
     history: Sequence[Transition],
     logs: Sequence[LogRecord],
     events: Sequence[EventRecord],
-    gone: str | None = None,
 ) -> dict[str, Any]:
-    row = task_row(snap, sm=sm, now=now, owners=owners, sessions=sessions, gone=gone)
+    """One task's detail: its listing ``row`` (``task_row`` of ``snap``) with the
+    failure's traceback, its attempts, history, log lines and events."""
     if snap.failure is not None and row["failure"] is not None:
         row["failure"]["traceback"] = snap.failure.traceback
     return {
