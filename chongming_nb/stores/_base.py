@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any, ClassVar, Literal, NamedTuple, Protocol
+from typing import Any, ClassVar, Literal, NamedTuple, Protocol, TypeVar
 
 from chongming_nb.core.errors import ConcurrencyConflict, StoreError
 from chongming_nb.core.models import AttemptRecord, Command, CommandState, TaskSnapshot, Transition
@@ -457,9 +457,20 @@ def _frame_select(d: Dialect, kind: str) -> str:
     return "SELECT " + ", ".join(spell(expr) for _, expr in _FRAME_SQL[kind])
 
 
+def _where(*conditions: tuple[str, list[Any]] | None) -> tuple[str, list[Any]]:
+    """The WHERE clause of the given ``(sql, params)`` conditions, and their params."""
+    given = [c for c in conditions if c is not None]
+    if not given:
+        return "", []
+    return "WHERE " + " AND ".join(c[0] for c in given), [v for c in given for v in c[1]]
+
+
 def _row(cur: Cursor, values: Sequence[Any]) -> dict[str, Any]:
     # a sqlite3 description entry is a 7-tuple, a psycopg Column a sequence of 7
     return {d[0]: v for d, v in zip(cur.description, values, strict=True)}
+
+
+R = TypeVar("R", LogRecord, EventRecord)
 
 
 class Batch(NamedTuple):
@@ -585,6 +596,22 @@ class SqlStore(TouchViaTouchMany):
             if conn.execute(self._sql("SELECT 1 FROM tasks WHERE task_id = ?"), (tid,)).fetchone():
                 return StoreError(f"task {tid} already exists in {self.url}")
         return StoreError(f"a task of the batch already exists in {self.url}")
+
+    def _newest(
+        self,
+        sql: str,
+        params: list[Any],
+        limit: int | None,
+        decode: Callable[[Mapping[str, Any]], R],
+    ) -> list[R]:
+        """The rows of ``sql`` (logs or events) in time order, the newest ``limit``."""
+        sql += " ORDER BY at DESC, seq DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(max(0, limit))
+        rows = [decode(r) for r in self._fetch(sql, params)]
+        rows.reverse()
+        return rows
 
     def _timed(self, row: dict[str, Any], columns: Sequence[str]) -> tuple[Any, ...]:
         return tuple(self._t(v) if k in columns else v for k, v in row.items())
@@ -778,13 +805,7 @@ class SqlStore(TouchViaTouchMany):
         if since is not None:
             sql += " AND at > ?"
             params.append(self._t(codec.utc(since, "since")))
-        sql += " ORDER BY at DESC, seq DESC"
-        if limit is not None:
-            sql += " LIMIT ?"
-            params.append(max(0, limit))
-        rows = [codec.row_to_log(r) for r in self._fetch(sql, params)]
-        rows.reverse()
-        return rows
+        return self._newest(sql, params, limit, codec.row_to_log)
 
     def append_events(self, events: Sequence[EventRecord]) -> None:
         self.save_many([], events=events)
@@ -797,26 +818,13 @@ class SqlStore(TouchViaTouchMany):
         types: frozenset[str] | None = None,
         limit: int | None = None,
     ) -> list[EventRecord]:
-        parts: list[str] = []
-        params: list[Any] = []
-        if task_id is not None:
-            parts.append("task_id = ?")
-            params.append(task_id)
-        if since is not None:
-            parts.append("at > ?")
-            params.append(self._t(codec.utc(since, "since")))
-        if types is not None:
-            sql, p = self.dialect.in_list("type", sorted(types))
-            parts.append(sql)
-            params += p
-        where = ("WHERE " + " AND ".join(parts)) if parts else ""
-        sql = f"SELECT {_cols(codec.EVENT_COLUMNS)} FROM events {where} ORDER BY at DESC, seq DESC"
-        if limit is not None:
-            sql += " LIMIT ?"
-            params.append(max(0, limit))
-        rows = [codec.row_to_event(r) for r in self._fetch(sql, params)]
-        rows.reverse()
-        return rows
+        where, params = _where(
+            None if task_id is None else ("task_id = ?", [task_id]),
+            None if since is None else ("at > ?", [self._t(codec.utc(since, "since"))]),
+            None if types is None else self.dialect.in_list("type", sorted(types)),
+        )
+        sql = f"SELECT {_cols(codec.EVENT_COLUMNS)} FROM events {where}"
+        return self._newest(sql, params, limit, codec.row_to_event)
 
     # ------------------------------------------------------- side channel
     def touch_many(self, touches: Sequence[Touch]) -> None:
@@ -906,15 +914,10 @@ class SqlStore(TouchViaTouchMany):
     def commands(
         self, task_id: str | None = None, *, state: CommandState | None = None
     ) -> list[Command]:
-        parts: list[str] = []
-        params: list[Any] = []
-        if task_id is not None:
-            parts.append("task_id = ?")
-            params.append(task_id)
-        if state is not None:
-            parts.append("state = ?")
-            params.append(CommandState(state).value)
-        where = ("WHERE " + " AND ".join(parts)) if parts else ""
+        where, params = _where(
+            None if task_id is None else ("task_id = ?", [task_id]),
+            None if state is None else ("state = ?", [CommandState(state).value]),
+        )
         rows = self._fetch(f"SELECT {_COMMANDS} FROM commands {where} ORDER BY seq", params)
         return [codec.row_to_command(r) for r in rows]
 
