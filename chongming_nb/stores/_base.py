@@ -33,18 +33,7 @@ from chongming_nb.core.errors import ConcurrencyConflict, StoreError
 from chongming_nb.core.models import AttemptRecord, Command, CommandState, TaskSnapshot, Transition
 from chongming_nb.core.states import TERMINAL, TaskStatus
 from chongming_nb.stores import _codec as codec
-from chongming_nb.stores._schema import (
-    CHANGED_INDEXES,
-    DROPPED_INDEXES,
-    Conn,
-    Cursor,
-    check_version,
-    ddl,
-    migrate,
-    stored_version,
-    table_columns,
-    tables,
-)
+from chongming_nb.stores._schema import Conn, Cursor
 from chongming_nb.stores._sql import Dialect, purge_statuses, task_order, task_where
 from chongming_nb.stores.protocol import (
     DROPPED_STREAM,
@@ -62,23 +51,7 @@ from chongming_nb.stores.protocol import (
     dropped_marker,
 )
 
-__all__ = [
-    "CHANGED_INDEXES",
-    "DROPPED_INDEXES",
-    "FRAME_COLUMNS",
-    "Batch",
-    "Conn",
-    "Cursor",
-    "FrameKind",
-    "SqlStore",
-    "check_version",
-    "ddl",
-    "migrate",
-    "stored_version",
-    "table_columns",
-    "tables",
-    "upsert",
-]
+__all__ = ["FRAME_COLUMNS", "Batch", "FrameKind", "SqlStore", "upsert"]
 
 
 def _cols(columns: Sequence[str]) -> str:

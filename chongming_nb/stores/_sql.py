@@ -28,7 +28,7 @@ class Dialect:
     claim_lock: str
     #: LIMIT without a limit, for ``OFFSET`` alone
     no_limit: str
-    #: column types for ``_base.ddl``
+    #: column types for ``_schema.ddl``
     types: Mapping[str, str]
 
     def q(self, sql: str) -> str:

@@ -33,16 +33,14 @@ from psycopg import errors as pg_errors
 from chongming_nb.core.errors import StoreError
 from chongming_nb.stores import _codec as codec
 from chongming_nb.stores import _sql
-from chongming_nb.stores._base import (
+from chongming_nb.stores._base import Batch, SqlStore, upsert
+from chongming_nb.stores._schema import (
     CHANGED_INDEXES,
     DROPPED_INDEXES,
-    Batch,
-    SqlStore,
     check_version,
     ddl,
     migrate,
     stored_version,
-    upsert,
 )
 from chongming_nb.stores._target import parse_target, redact, split_schema
 from chongming_nb.stores.protocol import SCHEMA_VERSION

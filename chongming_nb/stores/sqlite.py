@@ -44,9 +44,9 @@ from chongming_nb.core.models import (
 )
 from chongming_nb.stores import _codec as codec
 from chongming_nb.stores import _sql
-from chongming_nb.stores._base import (
-    Batch,
-    SqlStore,
+from chongming_nb.stores._base import Batch, SqlStore
+from chongming_nb.stores._codec import encode
+from chongming_nb.stores._schema import (
     check_version,
     ddl,
     migrate,
@@ -54,7 +54,6 @@ from chongming_nb.stores._base import (
     table_columns,
     tables,
 )
-from chongming_nb.stores._codec import encode
 from chongming_nb.stores.protocol import (
     SCHEMA_VERSION,
     SaveItem,

@@ -15,8 +15,8 @@ from chongming_nb.core.models import Command, TaskSnapshot
 from chongming_nb.core.states import TaskStatus
 from chongming_nb.stores import SqliteStore, TaskQuery
 from chongming_nb.stores import sqlite as sqlite_mod
-from chongming_nb.stores._base import table_columns
 from chongming_nb.stores._codec import dt_to_text
+from chongming_nb.stores._schema import table_columns
 from chongming_nb.stores.protocol import SCHEMA_VERSION, LogRecord, OwnerRecord, RunRecord
 from chongming_nb.testing.history import HISTORY_START, generate_history
 from chongming_nb.testing.store_size import bytes_per_noop_task
