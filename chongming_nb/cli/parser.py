@@ -113,7 +113,16 @@ def _store_location(text: str) -> str:
     return text
 
 
-def _add_json(p: argparse.ArgumentParser, default: Any) -> None:
+def _add_globals(p: argparse.ArgumentParser, default: Any) -> None:
+    """``--store`` and ``--json``: before the subcommand (``default`` None/False) and again
+    after it (``default`` SUPPRESS: left unset there, they keep the value given before)."""
+    p.add_argument(
+        "--store",
+        type=_store_location,
+        default=default if default is argparse.SUPPRESS else None,
+        help="store URL or path (default: $CHONGMING_STORE, else "
+        "<jupyter data dir>/chongming/tasks.db)",
+    )
     p.add_argument(
         "--json", action="store_true", default=default, help="machine-readable JSON output"
     )
@@ -212,20 +221,14 @@ def build_parser(only: Collection[str] | None = None) -> argparse.ArgumentParser
         "allowed or rejected, 4 store error, 5 not applied within --wait, 6 verify "
         "found a task whose history does not rebuild it.",
     )
-    p.add_argument(
-        "--store",
-        type=_store_location,
-        help="store URL or path (default: $CHONGMING_STORE, else "
-        "<jupyter data dir>/chongming/tasks.db)",
-    )
-    _add_json(p, False)
+    _add_globals(p, False)
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name, (text, add_arguments) in _SUBCOMMANDS.items():
         if only is None or name in only:
             child = sub.add_parser(name, help=text)
             add_arguments(child)
-            # also after the subcommand; unset there, it leaves the global value alone
-            _add_json(child, argparse.SUPPRESS)
+            # also after the subcommand (`chongming ps --store x.db --json`)
+            _add_globals(child, argparse.SUPPRESS)
     return p
 
 

@@ -283,6 +283,20 @@ def test_json_before_or_after_the_subcommand(tmp_path: Path) -> None:
     assert code == EXIT_OK and not out.startswith("[")
 
 
+def test_store_before_or_after_the_subcommand(tmp_path: Path) -> None:
+    db, other = tmp_path / "t.db", tmp_path / "other.db"
+    _store_with_a_clean_task(db).close()
+    code, out, err = run("ps", "--store", str(db), "--json")
+    assert code == EXIT_OK, err
+    assert json.loads(out)[0]["task_id"] == "ok1"
+    # given twice, the one after the subcommand wins (it is nearer the command it names)
+    code, out, err = run("--store", str(other), "status", "ok1", "--store", str(db), "--json")
+    assert code == EXIT_OK and json.loads(out)["status"] == "queued", err
+    code, _, err = run("ps", "--store", "")
+    assert code == EXIT_USAGE and "argument --store: must be a path or URL" in err
+    assert not other.exists()
+
+
 # ---------------------------------------------------------------- exit codes
 
 
