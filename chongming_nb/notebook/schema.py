@@ -149,7 +149,7 @@ LISTING_ROW_TYPES: Final[Mapping[str, str]] = {
     "kernel_id": "string | null",
     "notebook": "string | null",  # the session path of the owning kernel, when known
     "kernel_gone": "boolean",  # the kernel owning this unfinished task restarted or died
-    "kernel_gone_reason": "string | null",
+    "kernel_gone_reason": "string | null",  # why its kernel is gone (also for a finished task)
 }
 
 #: Tooltips of the verb buttons (what a click does; the kernel still validates it).

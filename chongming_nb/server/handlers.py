@@ -28,6 +28,7 @@ from chongming_nb.core.states import TaskStatus
 from chongming_nb.server.contract import API_NAMESPACE, FEED_MAX_WAIT_S
 from chongming_nb.server.serialize import (
     command_info,
+    gone_retry_reason,
     owner_row,
     parse_owner,
     task_detail,
@@ -312,6 +313,8 @@ class TaskCommandsHandler(_Base):
             gone = self.cm.liveness.gone([snap], now=now, owners=owners).get(task_id)
             if gone is not None:
                 # nobody would claim it: answer now instead of leaving it pending
+                if snap.is_terminal:
+                    return "refused", gone_retry_reason(gone)
                 return "refused", f"the kernel that runs it is gone: {gone}"
             store.submit_command(command)
             return "queued", snap

@@ -95,20 +95,25 @@ class Liveness:
         *,
         now: datetime,
         owners: Mapping[str, Any] | None = None,
+        finished: bool = True,
     ) -> dict[str, str]:
-        """``task id -> reason`` for every unfinished task whose owner is gone."""
+        """``task id -> reason`` for every task whose owner is gone. A finished task
+        (``finished``) is judged by its owner alone (its old lease ran out when it ended):
+        nothing can retry it, since its code lived in that kernel and no other
+        controller holds it."""
         kernels = self.kernels()
         memo: dict[tuple[str | None, datetime | None], Verdict] = {}
         out: dict[str, str] = {}
         for s in snaps:
-            if s.is_terminal or s.lease_owner is None:
+            if s.lease_owner is None or (s.is_terminal and not finished):
                 continue
-            key = (s.lease_owner, s.lease_until)
+            lease_until = None if s.is_terminal else s.lease_until
+            key = (s.lease_owner, lease_until)
             verdict = memo.get(key)
             if verdict is None:
                 verdict = owner_gone(
                     s.lease_owner,
-                    lease_until=s.lease_until,
+                    lease_until=lease_until,
                     now=now,
                     owners=owners,
                     kernels=kernels,

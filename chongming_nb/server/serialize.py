@@ -92,6 +92,11 @@ class CanFlags:
         return dict(can), {verb: text.replace(_ID_PLACEHOLDER, tid) for verb, text in why.items()}
 
 
+def gone_retry_reason(gone: str) -> str:
+    """Why a finished task of a gone kernel cannot be retried."""
+    return f"the kernel that ran it is gone ({gone}): no controller holds its code to run it again"
+
+
 def task_row(
     snap: TaskSnapshot,
     *,
@@ -113,7 +118,13 @@ def task_row(
     if rec is not None:
         host, pid, kernel = rec.host, rec.pid, rec.kernel_id or kernel
     can, why = can_flags(sm, snap) if flags is None else flags(snap)
-    if gone is not None:
+    running_gone = gone is not None and not snap.is_terminal
+    if gone is not None and snap.is_terminal:
+        # a finished task is retried by the controller that holds its code: none now
+        # (the row says how it ended, not "kernel gone"; the reason stays for the group)
+        can = {**can, "retry": False}
+        why = {**why, "retry": gone_retry_reason(gone)}
+    elif gone is not None:
         # nothing would claim a command: every verb waits for reconcile (-> lost)
         can = dict.fromkeys(can, False)
         why = dict.fromkeys(can, f"the kernel that runs it is gone: {gone}")
@@ -126,7 +137,7 @@ def task_row(
     row["pid"] = pid
     row["kernel_id"] = kernel
     row["notebook"] = sessions.get(kernel) if kernel else None
-    row["kernel_gone"] = gone is not None
+    row["kernel_gone"] = running_gone
     row["kernel_gone_reason"] = gone
     return row
 

@@ -64,12 +64,27 @@ export function notebookKey(row: ListingRow): string {
   return row.notebook ?? (row.kernel_id ? `kernel:${row.kernel_id}` : NO_KERNEL_KEY);
 }
 
-export function notebookLabel(key: string): string {
+/** When the controller that owns a task started (ms), from its owner id
+ * (`host:pid:kernel:STARTED-NONCE`, STARTED in hundredths of a second); null if unknown. */
+export function ownerStarted(owner: string | null | undefined): number | null {
+  const m = owner ? /:(\d+)-[^:]*$/.exec(owner) : null;
+  return m ? Number(m[1]) * 10 : null;
+}
+
+/**
+ * A group's label for people: the notebook; for a kernel no session knows (its notebook
+ * is not known here), what became of it and when it started — "A kernel that is gone,
+ * started 14:05" — never its raw id.
+ */
+export function notebookLabel(key: string, rows: readonly ListingRow[] = []): string {
   if (key === NO_KERNEL_KEY) {
     return 'No live kernel';
   }
   if (key.startsWith('kernel:')) {
-    return `Kernel ${shortId(key.slice('kernel:'.length))} (no notebook)`;
+    const gone = rows.some(r => r.kernel_gone || r.kernel_gone_reason !== null);
+    const started = rows.map(r => ownerStarted(r.owner)).find(t => t !== null) ?? null;
+    const when = started !== null ? `, started ${formatClock(started)}` : '';
+    return `${gone ? 'A kernel that is gone' : 'A kernel with no notebook'}${when}`;
   }
   return key;
 }
@@ -167,7 +182,7 @@ export function groupByNotebook(rows: Iterable<ListingRow>): TaskGroup[] {
   });
   return keys.map(key => ({
     key,
-    label: notebookLabel(key),
+    label: notebookLabel(key, groups.get(key) ?? []),
     rows: (groups.get(key) ?? []).sort(boardCompare)
   }));
 }

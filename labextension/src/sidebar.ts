@@ -308,13 +308,16 @@ export class TasksPanel extends Widget {
     // durations of running tasks move every second, and answers to clicks fade: redraw
     // (only the visible rows whose text changes are touched)
     this._ticker = window.setInterval(() => {
-      if (
-        this.isVisible &&
-        (this.model.tasks.some(t => isOccupied(t.status)) || this.model.hasNotes())
-      ) {
+      if (this.isVisible && this.ticking()) {
         this._scheduleRender();
       }
     }, 1000);
+  }
+
+  /** Does the drawn text move with the clock? Running durations, the countdown of a
+   * delayed start ("starts at 14:05 (in 3m)"), answers to clicks that fade. */
+  ticking(): boolean {
+    return this.model.tasks.some(t => isOccupied(t.status) || waitsToStart(t)) || this.model.hasNotes();
   }
 
   private _stopTicker(): void {
@@ -423,6 +426,10 @@ function option(value: string, label: string): HTMLOptionElement {
   node.value = value;
   node.textContent = label;
   return node;
+}
+
+function waitsToStart(row: ListingRow): boolean {
+  return row.starts !== null && row.started === null && !isTerminal(row.status);
 }
 
 function isOccupied(status: string): boolean {

@@ -47,10 +47,21 @@ describe('filtering and grouping', () => {
     expect(groups.map(g => g.label)).toEqual([
       'a.ipynb',
       'b.ipynb',
-      'Kernel abcdef12 (no notebook)',
+      'A kernel with no notebook',
       'No live kernel'
     ]);
     expect(groups[1].rows.map(r => r.id)).toEqual(['c', 'a']);
+  });
+
+  it('names a gone kernel for people: what became of it and when it started, never its id', () => {
+    const started = Date.parse('2026-01-01T14:05:00');
+    const owner = `host:77:abcdef1234567:${started / 10}-n0nce`;
+    const gone = [
+      row({ id: 'g1', notebook: null, kernel_id: 'abcdef1234567', owner, status: 'lost', kernel_gone_reason: 'pid 77 is not running' })
+    ];
+    const [group] = groupByNotebook(gone);
+    expect(group.label).toBe('A kernel that is gone, started 14:05');
+    expect(group.label).not.toContain('abcdef');
   });
 
   it('filters by status set, notebook and text', () => {

@@ -91,3 +91,20 @@ describe('TasksPanel with many tasks', () => {
     model.dispose();
   });
 });
+
+describe('a delayed task in the sidebar', () => {
+  it('says when it starts, counted down by the server clock', async () => {
+    // the listing's clock (now) is 00:01:00; the task may start at 00:04:00
+    const starts = Date.parse('2026-01-01T00:04:00Z');
+    const later = row({ id: 'd1', name: 'later', status: 'blocked', started: null, starts });
+    const model = new TaskModel({ client: new StaticClient([later]), now: () => Date.parse('2026-01-01T00:01:00Z') });
+    await model.refresh();
+    const panel = new TasksPanel(model, new StaticClient([]));
+    document.body.append(panel.node);
+    panel.render();
+    const note = panel.node.querySelector('li[data-task-id="d1"] .cm-Row-noteText')!;
+    expect(note.textContent).toMatch(/^starts at \d\d:\d\d \(in 3m00s\)$/);
+    expect(panel.ticking()).toBe(true); // the countdown moves with the clock
+    panel.dispose();
+  });
+});

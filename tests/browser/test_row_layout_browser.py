@@ -1,6 +1,7 @@
 """A task row in real JupyterLab + Chromium, as a person sees it: at 360, 900 and 1,400 px
 with the Tasks sidebar open every action allowed for a running row is inside the window
-(inline, or in the row's "⋯" menu) and the percentage is visible; a paused row's text
+(inline, or in the row's "⋯" menu), the percentage is visible and the count, times and
+rate are never cut; a paused row's text
 stays the same (its clock stopped); a task a person stopped is drawn neutral, not as an
 error, and says when. Screenshots go to the test's temp dir (never docs/img)."""
 
@@ -88,6 +89,24 @@ def check_row_fits(page: Any, row: Any, width: int, where: str, shots: Path) -> 
     for cell in (".cm-Row-name", ".cm-Row-status", ".cm-Row-bar", ".cm-Row-count"):
         ok, box = box_inside(page, row.locator(cell))
         assert ok, f"{where}: {cell} is outside the {width} px window: {box}"
+    # n/total, elapsed<remaining and the rate are whole: never cut, at any width (a
+    # narrow row wraps its stats line instead)
+    page.wait_for_function(
+        "(r) => (r.querySelector('.cm-Row-rate')?.textContent || '').endsWith('/s')",
+        arg=row.element_handle(),
+        timeout=30_000,
+    )
+    cut = row.evaluate(
+        """(r) => {
+            const right = r.getBoundingClientRect().right + 0.5;
+            return ['.cm-Row-count', '.cm-Row-times', '.cm-Row-rate']
+                .map((s) => r.querySelector(s))
+                .filter((c) => c.scrollWidth > c.clientWidth
+                    || c.getBoundingClientRect().right > right)
+                .map((c) => `${c.className}: ${c.textContent}`);
+        }"""
+    )
+    assert cut == [], f"{where}: cut at {width} px: {cut}"
     verbs = allowed_verbs(row)
     assert verbs == ["pause", "stop"], verbs
     inline = row.locator(".cm-Row-actions")

@@ -33,6 +33,26 @@ def dead_pid() -> int:
     return p.pid
 
 
+async def refused(jp_fetch: Any, task_id: str, verb: str) -> str:
+    """POST a verb that must be refused at once (409, nothing queued); its message."""
+    with pytest.raises(HTTPClientError) as info:
+        await jp_fetch(
+            *API, "tasks", task_id, "commands", method="POST", body=json.dumps({"verb": verb})
+        )
+    assert info.value.code == 409
+    return str(json.loads(info.value.response.body)["message"])  # type: ignore[union-attr]
+
+
+async def dead_and_live(
+    jp_fetch: Any, store: Any, status: TaskStatus, dead: str, live: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Put a task of a dead kernel and one of a live one in ``status``; their rows."""
+    put_task(store, dead, status, owner=f"{HOST}:{dead_pid()}:kernel-x")
+    put_task(store, live, status, owner=f"{HOST}:{os.getpid()}:kernel-y")
+    got = await rows(jp_fetch)
+    return got[dead], got[live]
+
+
 async def rows(jp_fetch: Any) -> dict[str, Any]:
     r = await jp_fetch(*API, "tasks")
     return {t["id"]: t for t in json.loads(r.body)["tasks"]}
@@ -57,7 +77,7 @@ def test_owner_gone_rules() -> None:
     assert not owner_gone("elsewhere:1:k3", lease_until=None, now=now).gone
 
 
-def test_liveness_asks_once_per_owner_and_skips_finished_tasks(kernel_store: Any) -> None:
+def test_liveness_asks_once_per_owner_and_skips_finished_tasks_when_told(kernel_store: Any) -> None:
     owner = f"{HOST}:{dead_pid()}:k9"
     a = put_task(kernel_store, "a", S.RUNNING, owner=owner)
     b = put_task(kernel_store, "b", S.PAUSED, owner=owner)
@@ -68,29 +88,39 @@ def test_liveness_asks_once_per_owner_and_skips_finished_tasks(kernel_store: Any
         calls.append(1)
         return {}
 
-    gone = Liveness(pids).gone([a, b, c], now=datetime.now(UTC))
-    assert set(gone) == {"a", "b"} and calls == [1]
+    live = Liveness(pids)
+    assert set(live.gone([a, b, c], now=datetime.now(UTC), finished=False)) == {"a", "b"}
+    assert calls == [1]
+    # a finished task's owner is judged too (no retry can be claimed), by the owner alone
+    assert set(live.gone([a, b, c], now=datetime.now(UTC))) == {"a", "b", "c"}
 
 
 async def test_a_dead_owners_tasks_read_kernel_gone_and_refuse_verbs_at_once(
     jp_fetch: Any, kernel_store: Any
 ) -> None:
-    put_task(kernel_store, "t-dead", S.RUNNING, owner=f"{HOST}:{dead_pid()}:kernel-x")
-    put_task(kernel_store, "t-live", S.RUNNING, owner=f"{HOST}:{os.getpid()}:kernel-y")
-    got = await rows(jp_fetch)
-    dead, live = got["t-dead"], got["t-live"]
+    dead, live = await dead_and_live(jp_fetch, kernel_store, S.RUNNING, "t-dead", "t-live")
     assert dead["kernel_gone"] is True and "kernel kernel-x is gone" in dead["kernel_gone_reason"]
     assert not any(dead["can"].values())
     assert "the kernel that runs it is gone" in dead["why"]["stop"]
     assert live["kernel_gone"] is False and live["can"]["stop"] is True
-    with pytest.raises(HTTPClientError) as info:
-        await jp_fetch(*API, "tasks", "t-dead", "commands", method="POST", body='{"verb": "stop"}')
-    assert info.value.code == 409
-    body = json.loads(info.value.response.body)  # type: ignore[union-attr]
-    assert "the kernel that runs it is gone" in body["message"]
+    assert "the kernel that runs it is gone" in await refused(jp_fetch, "t-dead", "stop")
     assert kernel_store.claim_commands(owner="anyone", now=datetime.now(UTC), lease_seconds=5) == []
     detail = json.loads((await jp_fetch(*API, "tasks", "t-dead")).body)
     assert detail["task"]["kernel_gone"] is True
+
+
+async def test_a_finished_task_of_a_dead_kernel_offers_no_retry_and_says_why(
+    jp_fetch: Any, kernel_store: Any
+) -> None:
+    """Its code lived in that kernel: no controller holds it, nothing would claim a retry."""
+    ended, mine = await dead_and_live(jp_fetch, kernel_store, S.FAILED, "t-ended", "t-mine")
+    assert ended["status"] == "failed" and ended["kernel_gone"] is False  # it says how it ended
+    assert ended["can"]["retry"] is False
+    assert "no controller holds its code" in ended["why"]["retry"]
+    assert "kernel kernel-x is gone" in ended["why"]["retry"]
+    assert mine["can"]["retry"] is True
+    assert "no controller holds its code" in await refused(jp_fetch, "t-ended", "retry")
+    assert kernel_store.claim_commands(owner="anyone", now=datetime.now(UTC), lease_seconds=5) == []
 
 
 async def test_a_kernel_restart_reaches_the_feed_without_a_store_write(
