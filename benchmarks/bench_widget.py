@@ -38,7 +38,7 @@ from typing import Any
 
 import comm as comm_module
 
-from benchmarks._ui import UnavailableError, chromium, percentile
+from benchmarks._ui import UnavailableError, percentile, static_page
 from benchmarks.common import result, safe_ratio
 from benchmarks.sizes import size_of
 from chongming_nb.notebook.widget import _STATIC, TaskTable
@@ -304,21 +304,10 @@ def _browser_render(
         "widget.css": ((_STATIC / "widget.css").read_text(), "text/css"),
     }
 
-    def serve(route: Any) -> None:
-        name = route.request.url.rsplit("/", 1)[-1].split("?")[0] or "index.html"
-        body, ctype = files.get(name, ("not found", "text/plain"))
-        route.fulfill(status=200 if name in files else 404, body=body, content_type=ctype)
-
-    with chromium() as browser:
-        context = browser.new_context(viewport={"width": max(width + 30, 360), "height": 900})
-        page = context.new_page()
-        page.set_default_timeout(120_000)
-        page.route("http://bench.invalid/**", serve)
-        page.goto("http://bench.invalid/index.html")
+    with static_page(files, max(width + 30, 360)) as page:
         page.wait_for_function("() => window.__widget !== undefined")
         rendered = int(page.evaluate(_MOUNT, initial))
         samples: list[dict[str, float]] = [page.evaluate(_APPLY, u) for u in replay]
-        context.close()
     per_update = [s["handler"] + s["paint"] for s in samples]
     return {"rendered_rows": rendered, "per_update_ms": per_update, "samples": samples}
 

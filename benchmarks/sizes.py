@@ -21,6 +21,7 @@ SIZES: dict[str, dict[str, dict[str, Any]]] = {
         "dag": {"nodes": 50},
         "executors": {"tasks": 4, "work": 20_000},
         "widget": {"tasks": 100, "seconds": 1.0},
+        "pictures": {"attempts": 1_000, "nodes": 50, "repeats": 2},
         "output": {"megabytes": 1, "repeats": 1},
         "cell_loop": {"items": 20_000, "repeats": 2, "stop_trials": 3},
         "history": {"tasks": [500, 2_000], "repeats": 1, "list_repeats": 3, "bytes_tasks": 300},
@@ -40,6 +41,7 @@ SIZES: dict[str, dict[str, dict[str, Any]]] = {
         "dag": {"nodes": 1_000},
         "executors": {"tasks": 8, "work": 2_000_000},
         "widget": {"tasks": 10_000, "seconds": 10.0},
+        "pictures": {"attempts": 10_000, "nodes": 300, "repeats": 5},
         "output": {"megabytes": 8, "repeats": 3},
         "cell_loop": {"items": 2_000_000, "repeats": 5, "stop_trials": 21},
         "history": {

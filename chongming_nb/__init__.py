@@ -4,6 +4,7 @@ The curated public namespace. Everything a user or a test relies on is here and 
 ``__all__`` (a test keeps the two in step).
 """
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from chongming_nb.control import display as _display
@@ -43,6 +44,8 @@ from chongming_nb.core.states import (
     RequestedAction,
     TaskStatus,
 )
+from chongming_nb.pictures.timeline import Timeline as _Timeline
+from chongming_nb.pictures.timeline import set_live_display as _set_live_timeline
 
 if TYPE_CHECKING:
     from chongming_nb.control.controller import Controller
@@ -153,7 +156,14 @@ def _show(ctl: object, **kw: object) -> None:
     show(ctl, **kw)
 
 
+def _show_timeline(first: _Timeline, refresh: Callable[[], _Timeline]) -> None:
+    from chongming_nb.notebook.pictures import show_live_timeline
+
+    show_live_timeline(first, refresh)
+
+
 _display.set_renderer(_bundle, _board, _show)
+_set_live_timeline(_show_timeline)
 
 
 def load_ipython_extension(ipython: object) -> None:

@@ -57,3 +57,6 @@ async function bundle(entry, target, options) {
 mkdirSync(out, { recursive: true });
 await bundle('src/widget.ts', 'widget.js', { format: 'esm', target: 'es2020' });
 await bundle('style/widget.css', 'widget.css', { loader: { '.css': 'css' } });
+// the pictures on their own (the canvas timeline, the run graph), for pages without
+// JupyterLab: benchmarks/bench_pictures.py times them in Chromium
+await bundle('src/pictures.ts', 'pictures.js', { format: 'esm', target: 'es2020' });

@@ -472,7 +472,13 @@ class Controller:
         ``since`` / ``until`` keep the attempts that overlap the window): one lane per
         task, retry waits, pauses, stops and timeouts marked, the slots in use below.
         Attempts still running end at the controller's now."""
-        return from_source(self, title="attempts", now=self._clock.now(), **filters)
+        return from_source(
+            self,
+            title="attempts",
+            now=self._clock.now(),
+            refresh=lambda: self.timeline(**filters),
+            **filters,
+        )
 
     # ------------------------------------------------------------ observing
 

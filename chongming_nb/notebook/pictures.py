@@ -8,8 +8,10 @@ come from the recorder thread and must return at once); the thread redraws at mo
 
 Invariants:
 
-* the last publish happens after ``finished()`` was seen true: the saved output is final;
-* at most one redraw per ``1 / rate`` seconds, however many events arrive;
+* the picture shown last is the one drawn after ``finished()`` was seen true (published
+  then, or already shown when identical): the saved output is final;
+* at most one redraw per ``1 / rate`` seconds, however many events arrive, and none that
+  would publish the picture already shown;
 * an error while drawing or publishing is logged and never reaches the controller.
 """
 
@@ -63,7 +65,8 @@ class LivePicture:
         self.redraws = 0
         self._dirty = threading.Event()
         self._done = threading.Event()
-        self._publish(_bundle(make()), self.display_id, True)
+        self._last = _bundle(make())
+        self._publish(self._last, self.display_id, True)
         if finished():
             self._done.set()
             return
@@ -85,8 +88,13 @@ class LivePicture:
                     continue
                 self._dirty.clear()
                 try:
-                    self._publish(_bundle(self._make()), self.display_id, False)
-                    self.redraws += 1
+                    data = _bundle(self._make())
+                    # the same picture again is not sent: the output stops changing with
+                    # the last change drawn (a notebook saved after it stays saved)
+                    if data != self._last:
+                        self._publish(data, self.display_id, False)
+                        self._last = data
+                        self.redraws += 1
                 except Exception:
                     log.debug("redrawing a live picture failed", exc_info=True)
                 if final:
@@ -105,3 +113,19 @@ def show_run_graph(run: Any, publish: Publisher | None = None) -> LivePicture:
     """Display a pipeline run's static graph as an output of its own, redrawn while the run
     goes on (a displayed run draws its live graph in its table widget: ``RunTable``)."""
     return LivePicture(run.ctl, run.graph, run.done, publish=publish)
+
+
+def show_live_timeline(
+    first: Any, refresh: Callable[[], Any], publish: Publisher | None = None
+) -> LivePicture:
+    """Display a timeline whose work still goes on (``first``, from a controller or a run)
+    and redraw it with ``refresh()`` as the controller reports changes, until nothing is
+    running or waiting any more: the saved output keeps the final picture."""
+    pending = [first]  # the first drawing is the timeline already built
+    drawn = [first]
+
+    def make() -> Any:
+        drawn[0] = pending.pop() if pending else refresh()
+        return drawn[0]
+
+    return LivePicture(first.meta["source"], make, lambda: not drawn[0].live, publish=publish)

@@ -228,6 +228,29 @@ def _fraction(n: GraphNode) -> float | None:
     return None
 
 
+def node_spec(
+    n: GraphNode, task: str | None = None, children: Iterable[str] = ()
+) -> dict[str, Any]:
+    """One node as the front end's graph reads it (``labextension/src/graph.ts``
+    ``GraphNodeSpec``): its structure and state, and the task(s) standing for it."""
+    return {
+        "name": n.name,
+        "deps": list(n.deps),
+        "join": n.join,
+        "condition": n.condition,
+        "compensate": n.compensate,
+        "is_map": n.is_map,
+        "task": task,
+        "children": list(children),
+        "compensation": n.compensation,
+        "status": n.status,
+        "done": n.done,
+        "total": n.total,
+        "items": n.items,
+        "items_done": n.items_done,
+    }
+
+
 def nodes_of(
     steps: Iterable[Any], state: Mapping[str, Mapping[str, Any]] | None = None
 ) -> list[GraphNode]:

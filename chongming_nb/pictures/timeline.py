@@ -19,8 +19,8 @@ from __future__ import annotations
 import html
 import math
 import os
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -102,6 +102,8 @@ class Timeline:
     slots: tuple[tuple[float, int], ...]  # (time, attempts running from then on)
     title: str = ""
     meta: Mapping[str, Any] = field(default_factory=dict)
+    #: something was still going on (an attempt running, a task waiting or paused)
+    live: bool = False
 
     @property
     def max_slots(self) -> int:
@@ -126,18 +128,48 @@ class Timeline:
             f"over {human_seconds(self.span)}, at most {self.max_slots} running at once"
         )
 
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        # inline SVG in HTML: theme colours apply and hovering a bar shows its attempt row,
-        # in the live notebook, a saved one and the nbconvert export alike
+    def to_json(self) -> dict[str, Any]:
+        """The picture as the data of :data:`TIMELINE_MIME` (columns, JSON-ready)."""
+        return to_json(self)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        # JupyterLab draws the data on a canvas (labextension/src/timeline.ts: fast for
+        # 10,000 attempts, hover shows the attempt's row); elsewhere the inline SVG in HTML
+        # (theme colours apply; hovering a bar shows its row up to SVG_TITLES_UP_TO bars),
+        # in a saved notebook and the nbconvert export alike
         svg = to_svg(self)
         return {
+            TIMELINE_MIME: to_json(self),
             "text/html": f'<div class="cn-timeline-output">{svg}</div>',
             "image/svg+xml": svg,
             "text/plain": self.summary(),
         }
 
+    def _ipython_display_(self) -> None:
+        """In a notebook: shown at once and, while its work goes on (a controller's or a
+        run's timeline that is still ``live``), redrawn as it changes, so the saved
+        notebook keeps the final picture."""
+        refresh = self.meta.get("refresh")
+        if _live_display is not None and self.live and callable(refresh):
+            _live_display(self, refresh)
+            return
+        from IPython.display import display
+
+        display(self._repr_mimebundle_(), raw=True)
+
     def __repr__(self) -> str:
         return f"<Timeline {self.summary()}>"
+
+
+#: ``show(first, refresh)`` displays a live timeline (the notebook layer installs it).
+LiveDisplay = Callable[[Timeline, Callable[[], Timeline]], Any]
+_live_display: LiveDisplay | None = None
+
+
+def set_live_display(show: LiveDisplay) -> None:
+    """Install the notebook's display of a live timeline (``chongming_nb`` does)."""
+    global _live_display
+    _live_display = show
 
 
 class HistorySource(Protocol):
@@ -154,6 +186,7 @@ def from_source(
     until: datetime | None = None,
     title: str = "",
     now: datetime | None = None,
+    refresh: Callable[[], Timeline] | None = None,
     **filters: Any,
 ) -> Timeline:
     """The timeline of the tasks ``filters`` select (the DataFrame filters: ``status``,
@@ -176,7 +209,10 @@ def from_source(
             keep &= attempts["started_at"] <= until
             transitions = transitions[transitions["at"] <= until]
         attempts = attempts[keep]
-    return build(attempts, transitions, now=now, title=title)
+    tl = build(attempts, transitions, now=now, title=title)
+    if refresh is not None:  # a live source: how to draw it again, and what to watch
+        tl = replace(tl, meta={**tl.meta, "refresh": refresh, "source": source})
+    return tl
 
 
 def _text(value: Any) -> str:
@@ -303,6 +339,7 @@ def build(
         marks=tuple(sorted(marks, key=lambda m: (m.lane, m.start))),
         slots=_slots(bars),
         title=title,
+        live=live,
     )
 
 
@@ -358,6 +395,58 @@ def _slots(bars: Iterable[Bar]) -> tuple[tuple[float, int], ...]:
     return tuple(steps)
 
 
+# --- data for the front end ---------------------------------------------------------------
+
+#: The mime type of a timeline's data; the JupyterLab extension draws it on a canvas
+#: (``labextension/src/timeline.ts`` holds the same name).
+TIMELINE_MIME = "application/vnd.chongming.timeline+json"
+
+
+def to_json(tl: Timeline) -> dict[str, Any]:
+    """Columns, not one object per bar: 10,000 attempts stay a few hundred kB. Each bar's
+    attempt row is ``details[i]``, its values in the order of ``keys`` (``""`` when empty)."""
+    keys: dict[str, None] = {}
+    for b in tl.bars:
+        for k, _ in b.details:
+            keys.setdefault(k, None)
+    order = {k: i for i, k in enumerate(keys)}
+    details = []
+    for b in tl.bars:
+        row = [""] * len(order)
+        for k, v in b.details:
+            row[order[k]] = v
+        details.append(row)
+    t0 = None if tl.t0 is None else round(tl.t0.timestamp() * 1000, 3)
+    return {
+        "version": 1,
+        "title": tl.title,
+        "t0": t0,
+        "span": tl.span,
+        "lanes": [name for _, name in tl.lanes],
+        "lane_ids": [tid for tid, _ in tl.lanes],
+        "bars": {
+            "lane": [b.lane for b in tl.bars],
+            "start": [round(b.start, 6) for b in tl.bars],
+            "end": [round(b.end, 6) for b in tl.bars],
+            "tone": [b.tone for b in tl.bars],
+            "attempt": [b.attempt for b in tl.bars],
+            "running": [int(b.running) for b in tl.bars],
+        },
+        "keys": list(keys),
+        "details": details,
+        "marks": {
+            "lane": [m.lane for m in tl.marks],
+            "kind": [m.kind for m in tl.marks],
+            "tone": [MARK_TONES[m.kind] for m in tl.marks],
+            "start": [round(m.start, 6) for m in tl.marks],
+            "end": [round(m.end, 6) for m in tl.marks],
+            "label": [m.label for m in tl.marks],
+        },
+        "slots": [[round(at, 6), n] for at, n in tl.slots],
+        "max_slots": tl.max_slots,
+    }
+
+
 # --- SVG ----------------------------------------------------------------------------------
 
 LANE_HEIGHT = 18
@@ -365,6 +454,9 @@ LABEL_WIDTH = 160
 PLOT_WIDTH = 640
 STRIP_HEIGHT = 40
 AXIS_HEIGHT = 22
+#: Bars up to this many carry their attempt row as an SVG tooltip; a larger static picture
+#: leaves them out (it would weigh megabytes; the canvas timeline shows every row).
+SVG_TITLES_UP_TO = 2000
 
 
 def to_svg(tl: Timeline) -> str:
@@ -406,16 +498,17 @@ def to_svg(tl: Timeline) -> str:
             f'<text x="4" y="{y + 13}" style="fill:{fg}"><title>{esc(name)}</title>'
             f"{esc(label)}</text>"
         )
+    titles = len(tl.bars) <= SVG_TITLES_UP_TO
     for b in tl.bars:
         y = top + b.lane * LANE_HEIGHT
-        tip = "\n".join(f"{k}: {v}" for k, v in b.details)
+        tip = "\n".join(f"{k}: {v}" for k, v in b.details) if titles else ""
         out.append(
             f'<rect class="cn-bar cn-tone-{b.tone}" data-task="{esc(b.task_id)}" '
             f'data-attempt="{b.attempt}" x="{x(b.start):.1f}" y="{y + 3}" '
             f'width="{max(x(b.end) - x(b.start), 1.5):.1f}" height="{LANE_HEIGHT - 6}" rx="2" '
             f'style="fill:{TONE_COLOURS[b.tone]}"'
             + (' opacity="0.6"' if b.running else "")
-            + f"><title>{esc(tip)}</title></rect>"
+            + (f"><title>{esc(tip)}</title></rect>" if titles else "/>")
         )
     # marks over the bars: a pause holds its slot, so it is drawn across the attempt
     for m in tl.marks:

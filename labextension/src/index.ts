@@ -21,6 +21,8 @@ import { ControlVerb } from './contract';
 import { TaskModel } from './model';
 import { watchEnds } from './notify-lab';
 import { NotebookLookup, SNAPSHOT_RANK, snapshotFactory } from './snapshot';
+import { TIMELINE_MIME } from './timeline';
+import { TIMELINE_RANK, timelineFactory } from './timeline-mime';
 import { SNAPSHOT_MIME } from './contract';
 import { TasksPanel } from './sidebar';
 import { TaskStatusItem } from './statusbar';
@@ -79,10 +81,14 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const factory = snapshotFactory(lookup);
     if (rendermime) {
       rendermime.addFactory(factory, SNAPSHOT_RANK);
+      rendermime.addFactory(timelineFactory, TIMELINE_RANK);
     }
     notebooks?.widgetAdded.connect((_, panel) => {
       if (!panel.content.rendermime.mimeTypes.includes(SNAPSHOT_MIME)) {
         panel.content.rendermime.addFactory(factory, SNAPSHOT_RANK);
+      }
+      if (!panel.content.rendermime.mimeTypes.includes(TIMELINE_MIME)) {
+        panel.content.rendermime.addFactory(timelineFactory, TIMELINE_RANK);
       }
     });
 

@@ -42,6 +42,6 @@ def export_html(notebook: Path, out: Path) -> str:
         ],
         check=True,
         capture_output=True,
-        timeout=120,
+        timeout=600,  # a watchdog: nbconvert takes minutes on a loaded machine
     )
     return out.read_text()

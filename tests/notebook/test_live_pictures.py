@@ -95,3 +95,27 @@ def test_a_run_already_over_is_drawn_once_and_nothing_is_left_listening(ctl) -> 
 def test_a_bad_rate_is_refused(ctl) -> None:
     with pytest.raises(ValueError, match="rate must be > 0"):
         LivePicture(ctl, lambda: None, lambda: True, rate=0, publish=Outputs())
+
+
+def test_a_timeline_displayed_while_work_runs_is_redrawn_until_it_is_over(ctl) -> None:
+    from chongming_nb.notebook.pictures import show_live_timeline
+    from chongming_nb.pictures.timeline import TIMELINE_MIME
+
+    gate = threading.Event()
+    h = ctl.submit(lambda ctx: gate.wait(30), name="waits")
+    first = ctl.timeline()
+    while not first.bars:  # the attempt has started once it has a bar
+        assert h.status.value in ("pending", "queued", "starting", "running")
+        first = ctl.timeline()
+    assert first.live and callable(first.meta["refresh"])
+    out = Outputs()
+    live = show_live_timeline(first, first.meta["refresh"], publish=out)
+    (_, was_first, data, _), *_ = out.calls
+    assert was_first and data[TIMELINE_MIME]["bars"]["running"] == [1]
+    gate.set()
+    h.result(timeout=30)
+    assert live.wait(30), "the final timeline was never published"
+    _, last_first, last, _ = out.calls[-1]
+    assert not last_first
+    assert last[TIMELINE_MIME]["bars"]["running"] == [0]
+    assert last[TIMELINE_MIME]["bars"]["tone"] == ["ok"]

@@ -268,3 +268,40 @@ def test_the_controllers_timeline_draws_a_running_attempt_to_now() -> None:
 def test_a_finished_history_ends_at_its_last_record_whatever_now_is(frames) -> None:
     tl = build(*frames, now=at(100))
     assert tl.span == 7.0  # not stretched to now: nothing is going on any more
+
+
+def test_the_canvas_data_has_one_entry_per_bar_in_columns_with_its_attempt_row(frames) -> None:
+    import json
+
+    from chongming_nb.pictures.timeline import TIMELINE_MIME, to_json
+
+    tl = build(*frames)
+    data = to_json(tl)
+    json.dumps(data)  # plain JSON
+    assert data["lanes"] == [name for _, name in tl.lanes]
+    assert data["lane_ids"] == [tid for tid, _ in tl.lanes]
+    for column in data["bars"].values():
+        assert len(column) == len(tl.bars)
+    assert len(data["details"]) == len(tl.bars)
+    i = next(i for i, b in enumerate(tl.bars) if b.task_id == "t1" and b.attempt == 1)
+    row = dict(zip(data["keys"], data["details"][i], strict=True))
+    assert row["name"] == "flaky" and row["outcome"] == "retry_wait"
+    assert row["failure_message"] == "boom" and row["duration"] == "1.0s"
+    assert data["bars"]["tone"][i] == tl.bars[i].tone
+    assert sorted(data["marks"]["kind"]) == sorted(m.kind for m in tl.marks)
+    assert data["max_slots"] == tl.max_slots == 2
+    bundle = tl._repr_mimebundle_()
+    assert bundle[TIMELINE_MIME] == data and "text/html" in bundle  # the SVG stays beside it
+
+
+def test_a_large_static_svg_leaves_out_the_per_bar_tooltips(frames, monkeypatch) -> None:
+    from chongming_nb.pictures import timeline
+
+    tl = build(*frames)
+    assert to_svg(tl).count('<rect class="cn-bar') == 5
+    assert re.search(r'<rect class="cn-bar[^>]*><title>', to_svg(tl))
+    monkeypatch.setattr(timeline, "SVG_TITLES_UP_TO", 4)
+    svg = to_svg(tl)
+    assert svg.count('<rect class="cn-bar') == 5
+    assert not re.search(r'<rect class="cn-bar[^>]*><title>', svg)
+    ET.fromstring(svg)  # still well formed

@@ -40,6 +40,7 @@ from chongming_nb.core.models import FailureKind
 from chongming_nb.core.policies import AggregationKind
 from chongming_nb.core.states import TERMINAL, UNOCCUPIED, TaskStatus
 from chongming_nb.pictures import GraphPicture, Timeline, from_source, layout, nodes_of
+from chongming_nb.pictures.graph import node_spec
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -473,7 +474,14 @@ class PipelineRun:
     def timeline(self, **filters: Any) -> Timeline:
         """The attempt timeline of this run's tasks (compensations and map items included):
         one lane per task, retry waits, pauses and stops marked, slots underneath."""
-        return from_source(self.ctl, pipeline_run_id=self.id, title=f"run {self.name}", **filters)
+        return from_source(
+            self.ctl,
+            pipeline_run_id=self.id,
+            title=f"run {self.name}",
+            now=self._now(),
+            refresh=lambda: self.timeline(**filters),
+            **filters,
+        )
 
     def _node_states(self) -> tuple[list[NodeRun], dict[str, dict[str, Any]]]:
         """The run's nodes and, per node, what a picture of it shows now."""
@@ -510,26 +518,11 @@ class PipelineRun:
         above the run's table: per node its structure, the task standing for it (a map:
         its expander, and its item tasks) and its state now."""
         node_runs, state = self._node_states()
-        nodes = []
-        for g, nr in zip(nodes_of([nr.node for nr in node_runs], state), node_runs, strict=True):
-            nodes.append(
-                {
-                    "name": g.name,
-                    "deps": list(g.deps),
-                    "join": g.join,
-                    "condition": g.condition,
-                    "compensate": g.compensate,
-                    "is_map": g.is_map,
-                    "task": nr.task_id or nr.expander,
-                    "children": list(nr.children),
-                    "compensation": g.compensation,
-                    "status": g.status,
-                    "done": g.done,
-                    "total": g.total,
-                    "items": g.items,
-                    "items_done": g.items_done,
-                }
-            )
+        graph_nodes = nodes_of([nr.node for nr in node_runs], state)
+        nodes = [
+            node_spec(g, nr.task_id or nr.expander, nr.children)
+            for g, nr in zip(graph_nodes, node_runs, strict=True)
+        ]
         return {"title": f"run {self.name}", "nodes": nodes}
 
     def to_frame(self) -> pd.DataFrame:
