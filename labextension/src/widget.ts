@@ -471,6 +471,7 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
   const unwatchKernel = watchKernel(model, reason => {
     goneReason = reason;
     setDisconnected(true);
+    scheduleRender(); // already disconnected (its comm closed first): the banner says why
   });
 
   // ------------------------------------------------------------------ view model
