@@ -387,6 +387,18 @@ class TaskBook:
             if over:
                 self.evict()
 
+    def hand_over(self) -> None:
+        """``flush_outbox``, and also wait for a hand-over another thread is in the
+        middle of: for a caller about to wait for the recorder (``bus.flush``).
+
+        ``flush_outbox``'s lock-free look can find the outbox empty while another
+        thread, holding the lock, has taken the items out and not yet queued them;
+        a flush marker queued then would overtake them, and "everything recorded so
+        far" would not hold (a write the store refuses would be converged only after
+        the flush returned). Taking the lock waits for that hand-over to finish."""
+        with self.lock:
+            self.flush_outbox()
+
 
 def _pinned(
     t: TaskEntry, tasks: dict[str, TaskEntry], runs: Mapping[str, Any], awaited: Mapping[Any, int]

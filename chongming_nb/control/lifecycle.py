@@ -238,7 +238,7 @@ class Lifecycle:
     def flush(self, timeout: float) -> bool:
         """See ``Controller.flush``."""
         book, bus, link = self.book, self.bus, self.link
-        book.flush_outbox()
+        book.hand_over()  # (not flush_outbox: its lock-free look may miss a hand-over)
         done = bus.flush(timeout)
         if link is not None:
             if link.health.held:  # once more now (e.g. a connection just reset)
@@ -304,7 +304,7 @@ class Lifecycle:
         thread = self.dispatcher.thread
         if thread is not threading.current_thread() and thread.is_alive():
             thread.join(timeout)
-        book.flush_outbox()
+        book.hand_over()
         self.bus.flush(timeout)
         self.bus.close()
         for ex in self.launcher.executors.values():
