@@ -35,6 +35,7 @@ PARAMS: dict[str, dict[str, object]] = {
     "03-history-and-dataframes.ipynb": {"N_TASKS": 16},
 }
 WIDTH, HEIGHT = 1280, 900
+GRAPH_WIDTH = 1600
 
 
 def _prepare(src: Path, dst: Path, params: dict[str, object]) -> int:
@@ -113,7 +114,11 @@ def main(argv: list[str] | None = None) -> int:
             nb = Notebook(lab, page, name).open()
             _run_all(nb, _code_cells(lab.root / name))
             graph = _last_cell_with(lab.root / name, "run2.graph()")
+            # the graph keeps its size and scrolls in a narrower output: a wider window
+            # for this picture, so the README shows it whole
+            page.set_viewport_size({"width": GRAPH_WIDTH, "height": HEIGHT})
             _shot_output(nb, graph, args.out / "graph.png")
+            page.set_viewport_size({"width": WIDTH, "height": HEIGHT})
             nb.shutdown()
 
             # 03: the timeline of the whole history
