@@ -50,8 +50,8 @@ class Reading(CliBase):
         after: str | None = a.after
         widths: list[int] | None = None
         shown = 0
-        if a.json:
-            self.out.write("[")
+        opened = False  # the JSON array opens once the store has answered, so a store
+        # that cannot be opened leaves stdout empty (a script never reads a lone "[")
         while True:
             try:
                 snaps, after = self.store.page(q, after=after)
@@ -59,6 +59,9 @@ class Reading(CliBase):
                 if a.after is not None and shown == 0:
                     raise CliError(EXIT_USAGE, f"--after: {exc}") from exc
                 raise
+            if a.json and not opened:
+                self.out.write("[")
+                opened = True
             if a.json:
                 for s in snaps:
                     sep = ",\n" if shown else "\n"

@@ -283,6 +283,14 @@ def test_json_before_or_after_the_subcommand(tmp_path: Path) -> None:
     assert code == EXIT_OK and not out.startswith("[")
 
 
+def test_ps_json_writes_nothing_to_stdout_when_the_store_cannot_be_opened(
+    tmp_path: Path,
+) -> None:
+    code, out, err = run("ps", "--store", str(tmp_path / "missing.db"), "--json")
+    assert (code, out) == (EXIT_STORE, "")
+    assert err.startswith("chongming: no store at")
+
+
 def test_store_before_or_after_the_subcommand(tmp_path: Path) -> None:
     db, other = tmp_path / "t.db", tmp_path / "other.db"
     _store_with_a_clean_task(db).close()
