@@ -82,6 +82,16 @@ SNAPSHOT_ROWS = 200
 #: ``publish(data, display_id)``: sends ``update_display_data`` for one display.
 Publisher = Callable[[dict[str, Any], str], None]
 
+#: Statuses whose arrival rewrites a table's saved output at once (and leaving PAUSED:
+#: a resume): a task finished, was stopped or paused. Other changes (queued -> running)
+#: wait for the full-state refresh.
+SETTLED_STATUSES: frozenset[str] = frozenset({*S.TERMINAL_STATUSES, "paused"})
+#: The share of one core that rewriting a table's saved output may take: after one that
+#: took ``c`` seconds of CPU, the next settled change waits ``c / SNAPSHOT_CPU_SHARE``
+#: (a small table's saved output follows every flush; 10,000 tasks finishing at once are
+#: coalesced to one rewrite every second or so, and the last one always follows).
+SNAPSHOT_CPU_SHARE = 0.02
+
 
 def publish_update(data: dict[str, Any], display_id: str) -> None:
     """Update one notebook output in place (IPython's display publisher; any thread).
@@ -339,10 +349,16 @@ class TaskTable(anywidget.AnyWidget):
         self.messages_sent = 0
         self._last_sent = float("-inf")  # time.monotonic() of the last custom message
         # notebook outputs showing this table (display ids): their saved snapshot is
-        # updated when a row changes status, at the rate of the full-state trait
+        # rewritten at once when a row finishes, pauses or resumes (before the patch that
+        # shows it; see SNAPSHOT_CPU_SHARE), and on other status changes at the rate of
+        # the full-state trait
         self._display_ids: list[str] = []
         self._publish: Publisher = publish_update
         self._snapshot_stale = False
+        # a row reached a settled status: rewrite the saved output at _next_snapshot
+        self._snapshot_urgent = False
+        self._next_snapshot = float("-inf")
+        self._cpu_time: Callable[[], float] = time.thread_time
         self.title_text = title or ""
 
         # subscribe first so nothing between the initial load and the watch is lost
@@ -480,13 +496,19 @@ class TaskTable(anywidget.AnyWidget):
             return
         self.flush()
         with self._lock:
-            pending = bool(self._dirty) or self._full_seq != self._seq
-        if pending and not self._closed:
+            dirty = bool(self._dirty)
+        dues = []
+        if dirty:
+            dues.append(self._next_allowed)
+        if self._full_seq != self._seq:
+            dues.append(self._next_full)
+        if self._snapshot_urgent and self._display_ids:
+            dues.append(self._next_snapshot)
+        if dues and not self._closed:
             now = self._clock.monotonic()
-            due = self._next_allowed if self._dirty else self._next_full
-            if self._dirty:
+            if dirty:
                 self._flush_asked = True
-            _SCHEDULER.schedule(self, time.monotonic() + max(0.0, due - now))
+            _SCHEDULER.schedule(self, time.monotonic() + max(0.0, min(dues) - now))
 
     # ------------------------------------------------------------------ flushing
 
@@ -505,6 +527,8 @@ class TaskTable(anywidget.AnyWidget):
                 sent = self._send_patch(dirty)
             if self._full_seq != self._seq and (force or now >= self._next_full):
                 self._refresh_full_trait(now)
+            if self._snapshot_urgent and now >= self._next_snapshot:
+                self._update_displays()
             return sent
 
     def _fetch(self, ids: list[str]) -> dict[str, TaskSnapshot]:
@@ -534,6 +558,7 @@ class TaskTable(anywidget.AnyWidget):
         update: list[dict[str, Any]] = []
         remove: list[str] = []
         recount = False
+        settled = False  # a row finished, paused or resumed: the saved output follows
         for tid in order:
             snap = snaps.get(tid)
             prev = rows.get(tid)
@@ -547,6 +572,7 @@ class TaskTable(anywidget.AnyWidget):
                 row = self._row_for(snap, last_lines.get(tid))
                 changed[tid] = row
                 upsert.append(dict(row))
+                settled = settled or row["status"] in SETTLED_STATUSES
                 continue
             if keys.get(tid) == status_key(snap):
                 delta = self._progress_delta(snap, prev, last_lines.get(tid))
@@ -559,7 +585,11 @@ class TaskTable(anywidget.AnyWidget):
                 if not delta:
                     continue
                 changed[tid] = row
-                recount = recount or "status" in delta
+                if "status" in delta:
+                    recount = True
+                    settled = settled or (
+                        row["status"] in SETTLED_STATUSES or prev["status"] == "paused"
+                    )
             delta["id"] = tid
             update.append(delta)
         if not changed and not patched and not remove:
@@ -575,6 +605,8 @@ class TaskTable(anywidget.AnyWidget):
                 self._can_cache.pop(tid, None)
             if recount or upsert or remove:
                 self._snapshot_stale = True
+            if settled and self._display_ids:
+                self._snapshot_urgent = True
             if recount or upsert or remove or self._summary is None:
                 self._summary = summarize(rows.values())
             summary = dict(self._summary)
@@ -591,6 +623,10 @@ class TaskTable(anywidget.AnyWidget):
             "summary": summary,
             "at": epoch_ms(self._clock.now()),
         }
+        if self._snapshot_urgent and self._clock.monotonic() >= self._next_snapshot:
+            # before the patch, on the same channel: a view that shows the row finished
+            # has its saved output rewritten already (a save right after the stop holds it)
+            self._update_displays()
         self._send_custom(msg)
         # the quiet interval counts from the end of the send: with the flush's own time
         # added, the rate stays below max_rate (pings, acks and the full-state trait share
@@ -664,8 +700,9 @@ class TaskTable(anywidget.AnyWidget):
         return data
 
     def keep_display_updated(self, display_id: str, publish: Publisher | None = None) -> None:
-        """Update the output ``display_id`` (``update_display_data``) whenever a row
-        changes status, so a saved notebook and its html export hold the final state."""
+        """Update the output ``display_id`` (``update_display_data``) when rows change
+        status, so a saved notebook and its html export hold the final state: at once
+        when a row finishes, pauses or resumes, with the full-state refresh otherwise."""
         if publish is not None:
             self._publish = publish
         with self._lock:
@@ -673,7 +710,13 @@ class TaskTable(anywidget.AnyWidget):
                 self._display_ids.append(display_id)
 
     def _update_displays(self) -> None:
+        """Rewrite every output showing this table with its current snapshot; the next
+        rewrite for a settled change waits in proportion to what this one cost."""
         self._snapshot_stale = False
+        self._snapshot_urgent = False
+        if not self._display_ids:
+            return
+        cpu0 = self._cpu_time()
         data = self.bundle()
         for display_id in list(self._display_ids):
             try:
@@ -683,6 +726,8 @@ class TaskTable(anywidget.AnyWidget):
                     self._publish(data, display_id)
             except Exception:
                 log.debug("updating the saved output failed", exc_info=True)
+        cost = max(0.0, self._cpu_time() - cpu0)
+        self._next_snapshot = self._clock.monotonic() + cost / SNAPSHOT_CPU_SHARE
 
     def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         """``ctl.board()`` as a cell's value: the widget plus the static snapshot (an

@@ -10,11 +10,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from _board import patches
 from IPython.core.displaypub import CapturingDisplayPublisher
 from IPython.core.interactiveshell import InteractiveShell
 
 import chongming_nb as cn
-from chongming_nb.notebook import display
+from chongming_nb.notebook import display, widget
+from chongming_nb.notebook import schema as S
 from chongming_nb.notebook.widget import SNAPSHOT_MIME, WIDGET_MIME, TaskTable
 from chongming_nb.testing import FakeClock
 from chongming_nb.testing.widgets import FakeController, recording_comms
@@ -32,13 +34,21 @@ def statuses(data: dict[str, Any]) -> list[str]:
     return [r["status"] for r in data[SNAPSHOT_MIME]["rows"]]
 
 
-def test_a_status_change_updates_the_output_at_the_full_state_rate(
-    fctl: FakeController, clock: FakeClock, comms: Any
-) -> None:
-    tid = fctl.add("extract", status="running", total=200).task_id
+def shown_task(
+    fctl: FakeController, clock: FakeClock, name: str, total: float
+) -> tuple[str, TaskTable, Published]:
+    """A running task's row, displayed as the output "d" (its updates recorded)."""
+    tid = fctl.add(name, status="running", total=total).task_id
     t = TaskTable(fctl, kind="task", task_ids=[tid], clock=clock, autoflush=False)
     pub = Published()
-    t.keep_display_updated("d-1", publish=pub)
+    t.keep_display_updated("d", publish=pub)
+    return tid, t, pub
+
+
+def test_a_finished_row_rewrites_the_saved_output_with_the_patch_that_shows_it(
+    fctl: FakeController, clock: FakeClock, comms: Any
+) -> None:
+    tid, t, pub = shown_task(fctl, clock, "extract", 200)
     # progress alone never rewrites the saved output
     for _ in range(5):
         fctl.bump(tid, 40)
@@ -46,12 +56,10 @@ def test_a_status_change_updates_the_output_at_the_full_state_rate(
         t.flush()
     assert pub.updates == []
     fctl.fail(tid, "boom")
-    t.flush()  # the patch goes out at once; the saved output waits for the full interval
-    assert pub.updates == []
-    clock.advance(2.5)
-    t.flush()
+    clock.advance(0.1)  # (the patch rate: 10 a second)
+    t.flush()  # no wait for the full-state refresh (2 s)
     (data, display_id), *_ = pub.updates
-    assert display_id == "d-1" and statuses(data) == ["failed"]
+    assert display_id == "d" and statuses(data) == ["failed"]
     assert set(data) == {"text/plain", "text/html", SNAPSHOT_MIME, WIDGET_MIME}
     assert data[WIDGET_MIME]["model_id"] == t.model_id  # the live view stays
     assert ">failed<" in data["text/html"] and "200/200" in data["text/html"]
@@ -60,6 +68,117 @@ def test_a_status_change_updates_the_output_at_the_full_state_rate(
     clock.advance(10)
     t.flush()
     assert len(pub.updates) == 1
+    t.close()
+
+
+class Ordered(Published):
+    """Records the saved outputs and, at each, how many patches the view had been sent."""
+
+    def __init__(self, table: list[TaskTable]) -> None:
+        super().__init__()
+        self.table = table
+        self.patches_before: list[int] = []
+
+    def __call__(self, data: dict[str, Any], display_id: str) -> None:
+        super().__call__(data, display_id)
+        self.patches_before.append(len(patches(self.table[0])))
+
+
+def test_a_loop_stopped_then_saved_at_once_is_saved_stopped(
+    fctl: FakeController, clock: FakeClock, comms: Any
+) -> None:
+    """Last session's user pass: a loop stopped from its row, the notebook saved a second
+    later, and the saved board said "running 0%" (its output waited for the full-state
+    refresh, every 2 s at best). The saved output now says stopped before the view does:
+    it is rewritten before the patch that shows the stop, on the same channel."""
+    loop = fctl.add("convert", status="running", total=1000).task_id
+    other = fctl.add("other", status="running", total=10).task_id
+    board = TaskTable(fctl, kind="board", clock=clock, autoflush=False)
+    holder = [board]
+    pub = Ordered(holder)
+    board.keep_display_updated("board-out", publish=pub)
+    board.flush(force=True)
+    clock.advance(0.5)
+    fctl.bump(other, 1)  # a running neighbour: progress only, nothing to rewrite
+    board.flush()
+    assert pub.updates == []
+    board.handle_request(S.ActionRequest(action="stop", task_id=loop, request_id=1))
+    board.flush()  # the row says stopping: not settled yet
+    assert pub.updates == []
+    fctl.settle(loop)  # the loop noticed the stop at its next item
+    clock.advance(0.3)
+    n_patches = len(patches(board))
+    board.flush()
+    # the save that follows one second after the stop holds what a person saw
+    clock.advance(1.0)
+    (data, display_id), *_ = pub.updates
+    assert display_id == "board-out"
+    saved = {r["name"]: r["status"] for r in data[SNAPSHOT_MIME]["rows"]}
+    assert saved == {"convert": "stopped", "other": "running"}
+    assert "[stopped]" in data["text/plain"] and ">stopped<" in data["text/html"]
+    # written before the patch that shows the stop went out
+    assert pub.patches_before == [n_patches]
+    assert any(u.get("status") == "stopped" for u in patches(board)[-1]["update"])
+    board.close()
+
+
+def test_pause_and_resume_rewrite_the_saved_output_at_once(
+    fctl: FakeController, clock: FakeClock, comms: Any
+) -> None:
+    tid, t, pub = shown_task(fctl, clock, "loop", 10)
+    fctl.apply(tid, "pause")
+    t.flush()
+    assert pub.updates == []  # pausing: on its way
+    fctl.settle(tid)
+    clock.advance(0.2)
+    t.flush()
+    assert [statuses(d) for d, _ in pub.updates] == [["paused"]]
+    fctl.apply(tid, "resume")
+    clock.advance(0.2)
+    t.flush()
+    assert [statuses(d) for d, _ in pub.updates] == [["paused"], ["running"]]
+    t.close()
+
+
+def test_many_rows_finishing_are_coalesced_and_the_last_state_follows(
+    fctl: FakeController, clock: FakeClock, comms: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = [fctl.add(f"t{i}", status="running", total=1).task_id for i in range(42)]
+    t = TaskTable(fctl, kind="board", clock=clock, autoflush=False)
+    pub = Published()
+    t.keep_display_updated("d", publish=pub)
+    cpu = [0.0]
+
+    def thread_time() -> float:  # each rewrite "costs" 10 ms of CPU
+        cpu[0] += 0.01
+        return cpu[0]
+
+    t._cpu_time = thread_time
+    for tid in ids[:40]:  # one task ends every 0.1 s, a flush each time
+        fctl.fail(tid, "x")
+        clock.advance(0.1)
+        t.flush()
+    # 10 ms per rewrite, at most 2% of a core: one rewrite per 0.5 s, not one per flush
+    assert 6 <= len(pub.updates) <= 9
+    clock.advance(1.0)
+    t.flush()
+    assert statuses(pub.updates[-1][0]).count("failed") == 40
+    fctl.fail(ids[40], "x")
+    clock.advance(0.1)
+    t.flush()  # the first change after a quiet second: at once
+    n = len(pub.updates)
+    assert statuses(pub.updates[-1][0]).count("failed") == 41
+    fctl.fail(ids[41], "x")
+    clock.advance(0.1)
+    scheduled: list[float] = []
+    monkeypatch.setattr(widget._SCHEDULER, "schedule", lambda _t, due: scheduled.append(due))
+    t._scheduled_flush()  # 0.1 s after the last rewrite: it waits ...
+    assert len(pub.updates) == n
+    assert len(scheduled) == 1  # ... and the flush thread comes back for it
+    clock.advance(0.4)
+    t.flush()
+    assert set(statuses(pub.updates[-1][0])) == {"failed"}
+    assert len(pub.updates) == n + 1
     t.close()
 
 
