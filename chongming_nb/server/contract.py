@@ -31,6 +31,13 @@ API_NAMESPACE = "chongming/api"
 #: Longest a feed request is held open by the server, in seconds.
 FEED_MAX_WAIT_S = 30.0
 
+#: Rows the Tasks sidebar asks for per page of its listing (``after=`` the cursor).
+LIST_PAGE = 200
+
+#: Most rows one listing answers, and most rows the sidebar keeps loaded: past them
+#: it asks the user to filter (a status, a name) instead of loading more.
+LIST_MAX_ROWS = 10_000
+
 CONTRACT_TS = Path("labextension") / "src" / "contract.ts"
 
 
@@ -107,6 +114,10 @@ def render_contract() -> str:
         f"export const API_NAMESPACE = {json.dumps(API_NAMESPACE)};",
         "",
         f"export const FEED_MAX_WAIT_S = {FEED_MAX_WAIT_S:g};",
+        "",
+        f"export const LIST_PAGE = {LIST_PAGE};",
+        "",
+        f"export const LIST_MAX_ROWS = {LIST_MAX_ROWS};",
         "",
         "export function isTerminal(status: string): boolean {",
         "  return (TERMINAL_STATUSES as readonly string[]).includes(status);",

@@ -50,6 +50,8 @@ class FeedAnswer:
     reset: bool
     tasks: list[TaskSnapshot] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
+    #: tasks per status in the whole store at the last poll (the sidebar's counts)
+    counts: dict[TaskStatus, int] = field(default_factory=dict)
 
 
 Reader = Callable[[Callable[[], Any]], Awaitable[Any]]
@@ -199,12 +201,13 @@ class Feed:
         return self.seq
 
     def changes(self, since: int) -> FeedAnswer:
+        counts = dict(self._counts or {})
         if since <= 0 or since > self.seq or since < self._floor:
             rows = sorted(self._rows.values(), key=lambda r: r[0])
-            return FeedAnswer(self.seq, True, [s for _, _, s in rows])
+            return FeedAnswer(self.seq, True, [s for _, _, s in rows], counts=counts)
         tasks = [s for seq, _, s in self._rows.values() if seq > since]
         removed = [tid for tid, seq in self._removed.items() if seq > since]
-        return FeedAnswer(self.seq, False, tasks, removed)
+        return FeedAnswer(self.seq, False, tasks, removed, counts)
 
     async def wait(self, since: int, timeout: float) -> FeedAnswer:
         """Changes after ``since``; holds up to ``timeout`` seconds while there are none."""

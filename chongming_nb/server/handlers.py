@@ -21,11 +21,11 @@ import tornado.web
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 
-from chongming_nb.core.errors import StoreError
 from chongming_nb.core.models import Command, CommandState, TaskSnapshot
 from chongming_nb.core.state_machine import CONTROL_VERBS
 from chongming_nb.core.states import TaskStatus
 from chongming_nb.server.contract import API_NAMESPACE, FEED_MAX_WAIT_S
+from chongming_nb.server.listing import MAX_LIMIT, BadQuery, Page, parse_listing, read_page
 from chongming_nb.server.serialize import (
     command_info,
     gone_retry_reason,
@@ -36,15 +36,12 @@ from chongming_nb.server.serialize import (
     task_rows,
 )
 from chongming_nb.server.state import SETTINGS_KEY, ServerState
-from chongming_nb.stores.protocol import OwnerRecord, TaskQuery
+from chongming_nb.stores.protocol import OwnerRecord
 
 #: Ids the API accepts (task, command, kernel): printable, no slashes, bounded.
 _ID = re.compile(r"^[A-Za-z0-9_.:@+-]{1,200}$")
-DEFAULT_LIMIT = 500
-MAX_LIMIT = 10_000
 DEFAULT_LOG_LINES = 500
 MAX_REASON = 500
-_STATUS_VALUES = tuple(s.value for s in TaskStatus)
 
 
 def encode(payload: Any) -> str:
@@ -120,33 +117,23 @@ def _kernel_of(snap: TaskSnapshot, owners: dict[str, OwnerRecord]) -> str | None
 
 
 class TasksHandler(_Base):
-    """``GET tasks?status=a,b&kernel=ID&notebook=PATH&name=PREFIX&limit=N&after=CURSOR``:
-    one keyset page (``next`` is the cursor of the following page, or null)."""
+    """``GET tasks?status=a,b&name=PREFIX&text=WORD&limit=N&after=CURSOR``: one keyset
+    page (``next`` is the cursor of the following page, or null), the counts per status
+    of the tasks the filter matches (``counts``) and of the whole store (``totals``).
+    ``kernel=ID`` / ``notebook=PATH`` filter by owner instead: every matching row is
+    read (no page)."""
 
     @tornado.web.authenticated
     async def get(self) -> None:
         try:
-            statuses: set[TaskStatus] = set()
-            for raw in self.get_query_arguments("status"):
-                for part in raw.split(","):
-                    part = part.strip()
-                    if not part:
-                        continue
-                    if part not in _STATUS_VALUES:
-                        raise BadRequest(
-                            400,
-                            f"unknown status {part[:40]!r}; known: {', '.join(_STATUS_VALUES)}",
-                        )
-                    statuses.add(TaskStatus(part))
+            listing = parse_listing(self.get_query_arguments)
             kernel = self.get_query_argument("kernel", None) or None
             if kernel is not None:
                 self._id_arg(kernel, "kernel")
             notebook = self.get_query_argument("notebook", None) or None
-            name = self.get_query_argument("name", None) or None
-            limit = self._int_arg("limit", DEFAULT_LIMIT, 0, MAX_LIMIT)
-            after = self.get_query_argument("after", None) or None
-            if after is not None and (len(after) > 80 or not after.isprintable()):
-                raise BadRequest(400, "after: not a page cursor")
+        except BadQuery as err:
+            self._fail(BadRequest(400, str(err)))
+            return
         except BadRequest as err:
             self._fail(err)
             return
@@ -157,37 +144,30 @@ class TasksHandler(_Base):
         if notebook is not None:
             by_path = {k for k, p in sessions.items() if p == notebook}
             kernels = by_path if kernels is None else kernels & by_path
-        status_set = frozenset(statuses) or None
         cursor = await self.cm.feed.primed()
 
-        def read() -> tuple[list[TaskSnapshot], str | None, dict[TaskStatus, int]]:
-            store = self.cm.get_store()
-            if kernels is None:
-                # a keyset page: its cost does not grow with the rows before it
-                q = TaskQuery(status=status_set, name_prefix=name, limit=limit)
-                snaps, following = store.page(q, after=after)
-                return snaps, following, store.counts(replace(q, limit=None))
-            every = store.query(TaskQuery(status=status_set, name_prefix=name))
-            mine = [s for s in every if _kernel_of(s, owners) in kernels]
+        def by_owner(store: Any, chosen: set[str]) -> Page:
+            every = store.query(replace(listing.query(), limit=None))
+            mine = [s for s in every if _kernel_of(s, owners) in chosen]
             counts = dict.fromkeys(TaskStatus, 0)
             for s in mine:
                 counts[s.status] += 1
-            return mine[:limit], None, counts
+            return Page(mine[: listing.limit], None, counts, store.counts())
 
         def answer() -> str | BadRequest:
-            # one query for the rows, one for the counts; rows and JSON built here, on a
-            # store thread, so a big listing never holds up the event loop
+            # the rows and JSON built here, on a store thread, so a big listing never
+            # holds up the event loop
+            store = self.cm.get_store()
             try:
-                snaps, following, counts = read()
-            except StoreError as exc:
-                if after is None:
-                    raise
-                return BadRequest(400, f"after: {exc}")
+                page = read_page(store, listing) if kernels is None else by_owner(store, kernels)
+            except BadQuery as err:
+                return BadRequest(400, str(err))
             return encode(
                 {
-                    "tasks": self._rows(snaps, owners, sessions),
-                    "next": following,
-                    "counts": {k.value: v for k, v in counts.items()},
+                    "tasks": self._rows(page.tasks, owners, sessions),
+                    "next": page.next,
+                    "counts": {k.value: v for k, v in page.counts.items()},
+                    "totals": {k.value: v for k, v in page.totals.items()},
                     "cursor": cursor,
                     "sessions": sessions,
                     "now": self.cm.clock.now().isoformat(),
@@ -378,6 +358,7 @@ class FeedHandler(_Base):
                     "reset": answer.reset,
                     "tasks": self._rows(answer.tasks, owners, sessions),
                     "removed": answer.removed,
+                    "counts": {k.value: v for k, v in answer.counts.items()},
                     "sessions": sessions,
                     "now": self.cm.clock.now().isoformat(),
                 }

@@ -15,7 +15,14 @@ from chongming_nb.core.models import AttemptRecord, TaskSnapshot, Transition
 from chongming_nb.core.states import TERMINAL, TaskStatus
 from chongming_nb.stores import _codec as codec
 from chongming_nb.stores._codec import encode
-from chongming_nb.stores.protocol import EventRecord, LogRecord, SaveItem, TaskQuery, Touch
+from chongming_nb.stores.protocol import (
+    EventRecord,
+    LogRecord,
+    SaveItem,
+    TaskQuery,
+    Touch,
+    fold_ascii,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +90,16 @@ class Dialect:
             return "substr(name, 1, ?) = ?"
         return "left(name, ?) = ?"
 
+    def contains(self) -> str:
+        """SQL for ``name or task id contains text``, ASCII capitals folded (as
+        ``protocol.fold_ascii``); it takes (folded text, folded text)."""
+        if self.name == "sqlite":  # SQLite's lower() folds ASCII letters only
+            return "(instr(lower(name), ?) > 0 OR instr(lower(task_id), ?) > 0)"
+        fold = "'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz'"
+        return (
+            f"(strpos(translate(name, {fold}), ?) > 0 OR strpos(translate(task_id, {fold}), ?) > 0)"
+        )
+
 
 _PG_SQL: dict[str, str] = {}
 _FINISHED = sorted(s.value for s in TERMINAL)
@@ -147,6 +164,9 @@ def task_where(q: TaskQuery, d: Dialect) -> tuple[str, list[Any]]:
     if q.name_prefix is not None:
         parts.append(d.prefix())
         params += [len(q.name_prefix), q.name_prefix]
+    if q.text is not None:
+        parts.append(d.contains())
+        params += [fold_ascii(q.text)] * 2
     if q.pipeline_run_id is not None:
         parts.append("pipeline_run_id = ?")
         params.append(q.pipeline_run_id)

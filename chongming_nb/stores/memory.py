@@ -32,6 +32,7 @@ from chongming_nb.stores.protocol import (
     TouchViaTouchMany,
     dropped_count,
     dropped_marker,
+    fold_ascii,
     log_size,
 )
 
@@ -46,6 +47,10 @@ def matches(q: TaskQuery, s: TaskSnapshot) -> bool:
         return False
     if q.name_prefix is not None and not s.name.startswith(q.name_prefix):
         return False
+    if q.text is not None:
+        text = fold_ascii(q.text)
+        if text not in fold_ascii(s.name) and text not in fold_ascii(s.task_id):
+            return False
     if q.pipeline_run_id is not None and s.pipeline_run_id != q.pipeline_run_id:
         return False
     if q.owner is not None and s.lease_owner != q.owner:

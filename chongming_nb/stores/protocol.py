@@ -72,6 +72,18 @@ SCHEMA_VERSION = 2
 
 QueryOrder = Literal["newest", "oldest"]
 
+#: Longest ``TaskQuery.text``.
+MAX_TEXT = 200
+
+
+def fold_ascii(text: str) -> str:
+    """``text`` with ASCII capitals made small (what SQLite's ``lower`` does), the case
+    folding of ``TaskQuery.text`` on every backend."""
+    return text.translate(_ASCII_LOWER)
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
 
 @dataclass(frozen=True, slots=True)
 class TaskQuery:
@@ -81,7 +93,9 @@ class TaskQuery:
     starts with it (case-sensitive); ``pipeline_run_id``: belongs to this run;
     ``owner``: ``lease_owner`` equals it; ``buckets``: ``bucket`` is one of them;
     ``ids``: task id is one of them; ``limit``: at most this many (after ordering);
-    ``order``: ``"newest"`` (default) or ``"oldest"`` by ``created_at``.
+    ``order``: ``"newest"`` (default) or ``"oldest"`` by ``created_at``; ``text``: the
+    name or the task id contains it, ignoring the case of ASCII letters (``%`` and ``_``
+    are literal; no index serves it: a page with a rare text reads many rows).
     """
 
     status: frozenset[TaskStatus] | None = None
@@ -93,12 +107,15 @@ class TaskQuery:
     ids: frozenset[str] | None = None
     limit: int | None = None
     order: QueryOrder = "newest"
+    text: str | None = None
 
     def __post_init__(self) -> None:
         if self.limit is not None and self.limit < 0:
             raise ValueError(f"TaskQuery.limit must be >= 0, got {self.limit}")
         if self.order not in ("newest", "oldest"):
             raise ValueError(f"TaskQuery.order must be 'newest' or 'oldest', got {self.order!r}")
+        if self.text is not None and (not self.text or len(self.text) > MAX_TEXT):
+            raise ValueError(f"TaskQuery.text must hold 1-{MAX_TEXT} characters")
 
 
 @dataclass(frozen=True, slots=True)

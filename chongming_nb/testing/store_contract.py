@@ -374,6 +374,14 @@ class QueryCases:
         expect_eq(ids(store.query(q(name_prefix="lo%"))), ["t4"], "prefix: % is literal")
         expect_eq(ids(store.query(q(name_prefix="lo_"))), [], "prefix: _ is literal")
         expect_eq(ids(store.query(q(name_prefix=""))), ["t4", "t3", "t2", "t1", "t5"], "empty")
+        expect_eq(ids(store.query(q(text="LOAD"))), ["t3", "t2", "t1"], "text: any case")
+        expect_eq(ids(store.query(q(text="d_a"))), ["t1"], "text: inside the name")
+        expect_eq(ids(store.query(q(text="%d"))), ["t4"], "text: % is literal")
+        expect_eq(ids(store.query(q(text="T5"))), ["t5"], "text: the task id")
+        expect_eq(
+            store.counts(q(text="load"))[S.FAILED], 1, "counts with text: a GROUP BY of the matches"
+        )
+        expect_eq(ids(store.page(q(text="load", limit=2))[0]), ["t3", "t2"], "text: a page")
         expect_eq(ids(store.query(q(pipeline_run_id="r1"))), ["t2", "t1"], "run")
         expect_eq(ids(store.query(q(owner="o1"))), ["t1"], "owner")
         expect_eq(ids(store.query(q(buckets=frozenset({1})))), ["t4", "t1"], "buckets")

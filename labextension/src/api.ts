@@ -14,7 +14,12 @@ export type { ListingRow } from './contract';
 
 export interface TasksResponse {
   tasks: ListingRow[];
+  /** The cursor of the next page (`after=` it), null after the last. */
+  next?: string | null;
+  /** Tasks per status among those the filter matches (every page, not this one). */
   counts: Record<string, number>;
+  /** Tasks per status in the whole store. */
+  totals?: Record<string, number>;
   cursor: number;
   /** kernel id -> session path of every session the server knows. */
   sessions: Record<string, string>;
@@ -28,6 +33,8 @@ export interface FeedResponse {
   reset: boolean;
   tasks: ListingRow[];
   removed: string[];
+  /** Tasks per status in the whole store at the server's last look. */
+  counts?: Record<string, number>;
   sessions: Record<string, string>;
   now: string;
 }
@@ -137,7 +144,11 @@ export function tasksQuery(params: {
   status?: readonly string[];
   kernel?: string | null;
   name?: string | null;
+  /** Name or id contains it (any case). */
+  text?: string | null;
   limit?: number | null;
+  /** The `next` cursor of the previous page. */
+  after?: string | null;
 }): string {
   const parts: string[] = [];
   if (params.status && params.status.length > 0) {
@@ -149,8 +160,14 @@ export function tasksQuery(params: {
   if (params.name) {
     parts.push(`name=${encodeURIComponent(params.name)}`);
   }
+  if (params.text) {
+    parts.push(`text=${encodeURIComponent(params.text)}`);
+  }
   if (params.limit !== undefined && params.limit !== null) {
     parts.push(`limit=${params.limit}`);
+  }
+  if (params.after) {
+    parts.push(`after=${encodeURIComponent(params.after)}`);
   }
   return parts.length > 0 ? `?${parts.join('&')}` : '';
 }

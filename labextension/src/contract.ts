@@ -60,6 +60,10 @@ export const API_NAMESPACE = "chongming/api";
 
 export const FEED_MAX_WAIT_S = 30;
 
+export const LIST_PAGE = 200;
+
+export const LIST_MAX_ROWS = 10000;
+
 export function isTerminal(status: string): boolean {
   return (TERMINAL_STATUSES as readonly string[]).includes(status);
 }

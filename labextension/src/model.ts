@@ -12,7 +12,9 @@ import {
   ListingRow,
   tasksQuery
 } from './api';
-import { ControlVerb, FEED_MAX_WAIT_S } from './contract';
+import { ControlVerb, FEED_MAX_WAIT_S, LIST_MAX_ROWS, TASK_STATUSES, isTerminal } from './contract';
+
+const UNFINISHED = TASK_STATUSES.filter(s => !isTerminal(s));
 
 /** What the model remembers about a command it sent. */
 export interface PendingCommand {
@@ -75,6 +77,11 @@ export class TaskModel {
     return this._error;
   }
 
+  /** Tasks per status in the whole store (the server's last look; null before it). */
+  get storeCounts(): Readonly<Record<string, number>> | null {
+    return this._storeCounts;
+  }
+
   get loaded(): boolean {
     return this._loaded;
   }
@@ -116,14 +123,22 @@ export class TaskModel {
     return false;
   }
 
-  /** Replace everything with a fresh listing. */
+  /**
+   * Replace everything with a fresh listing: the newest `limit` tasks and every
+   * unfinished one, however old (the feed then follows their changes).
+   */
   async refresh(): Promise<void> {
     try {
-      const answer = await this._client.listTasks(tasksQuery({ limit: this._limit }));
+      const [answer, live] = await Promise.all([
+        this._client.listTasks(tasksQuery({ limit: this._limit })),
+        this._client.listTasks(tasksQuery({ status: UNFINISHED, limit: LIST_MAX_ROWS }))
+      ]);
       this._clear();
       this._merge(answer.tasks);
+      this._merge(live.tasks);
       this._setClock(answer.now);
       this._setSessions(answer.sessions);
+      this._storeCounts = answer.totals ?? this._storeCounts;
       this._cursor = answer.cursor;
       this._error = null;
       this._loaded = true;
@@ -166,6 +181,7 @@ export class TaskModel {
         }
         this._setClock(answer.now);
         this._setSessions(answer.sessions);
+        this._storeCounts = answer.counts ?? this._storeCounts;
         this._cursor = answer.cursor;
         if (this._error !== null) {
           this._error = null;
@@ -340,6 +356,7 @@ export class TaskModel {
   private _commands = new Map<string, PendingCommand>();
   private _cursor = 0;
   private _error: string | null = null;
+  private _storeCounts: Record<string, number> | null = null;
   private _loaded = false;
   private _running = false;
   private _disposed = false;

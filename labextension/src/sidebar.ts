@@ -28,6 +28,16 @@ import {
   notebookOptions,
   renderDetails
 } from './render';
+import {
+  CountsBar,
+  ListFooter,
+  NO_SERVER_FILTER,
+  ServerFilter,
+  TaskPager,
+  listLine,
+  listedRows,
+  nearEnd
+} from './sidebar-list';
 
 /** Status filter choices besides single statuses. */
 const STATUS_GROUPS: Record<string, { label: string; statuses: readonly string[] }> = {
@@ -62,7 +72,11 @@ export class TasksPanel extends Widget {
     refresh.className = 'cm-TasksPanel-refresh';
     refresh.textContent = 'Refresh';
     refresh.setAttribute('aria-label', 'Refresh the task list');
-    refresh.addEventListener('click', () => void this.model.refresh());
+    refresh.addEventListener('click', () => {
+      // the live picture, and the loaded pages read again (the place in the list stays)
+      void this.model.refresh();
+      void this._pager.reload();
+    });
     header.append(title, refresh);
 
     const filters = document.createElement('div');
@@ -87,8 +101,11 @@ export class TasksPanel extends Widget {
     this._textInput.type = 'search';
     this._textInput.className = 'cm-Filter-text';
     this._textInput.placeholder = 'Filter by name or id';
+    this._textInput.maxLength = 200;
     this._textInput.setAttribute('aria-label', 'Filter tasks by name or id');
-    this._textInput.addEventListener('input', () => this._onFilterChange());
+    // typing filters the loaded rows at once; the server is asked after a pause (or Enter)
+    this._textInput.addEventListener('input', () => this._onFilterChange(false));
+    this._textInput.addEventListener('change', () => this._onFilterChange());
     filters.append(this._statusSelect, this._notebookSelect, this._textInput);
 
     this._statusLine = document.createElement('div');
@@ -96,16 +113,37 @@ export class TasksPanel extends Widget {
     this._statusLine.setAttribute('role', 'status');
     this._statusLine.setAttribute('aria-live', 'polite');
 
+    this._counts = new CountsBar(status => this._pickStatus(status));
     const listNode = document.createElement('div');
     this._list = new TaskListView(listNode, {
-      onViewportChange: () => this._scheduleRender()
+      onViewportChange: () => {
+        this._scheduleRender();
+        this._loadMoreAtEnd();
+      }
     });
+    this._footer = new ListFooter(() => void this._pager.more());
+    this._pager = new TaskPager(this._client);
+    this._pager.changed.connect(this._onPagerChanged, this);
     this._detailsNode = document.createElement('div');
     this._detailsNode.className = 'cm-TasksPanel-details';
 
-    this.node.append(header, filters, this._statusLine, listNode, this._detailsNode);
+    this.node.append(
+      header,
+      filters,
+      this._counts.node,
+      this._statusLine,
+      listNode,
+      this._footer.node,
+      this._detailsNode
+    );
     this.model.changed.connect(this._onModelChanged, this);
     this._updateNotebookOptions();
+    void this._pager.setFilter(NO_SERVER_FILTER);
+  }
+
+  /** The loaded pages of the listing (status and text filtered by the server). */
+  get pager(): TaskPager {
+    return this._pager;
   }
 
   /** The list view (windowed: only the rows in view are in the DOM). */
@@ -126,6 +164,7 @@ export class TasksPanel extends Widget {
     this._filter = { statuses: new Set(), notebook: key, text: '' };
     this._statusSelect.value = '';
     this._textInput.value = '';
+    void this._pager.setFilter(NO_SERVER_FILTER);
     this._updateNotebookOptions();
     this._notebookSelect.value = toOptionValue(key);
     this._layoutDirty = true;
@@ -162,7 +201,7 @@ export class TasksPanel extends Widget {
       now,
       disconnected: false,
       note: id => {
-        const task = this.model.task(id);
+        const task = this._task(id);
         if (task?.kernel_gone) {
           const why = task.kernel_gone_reason ?? 'its kernel restarted or died';
           return { tone: 'bad', text: `kernel gone: ${why}`, at: local };
@@ -179,19 +218,22 @@ export class TasksPanel extends Widget {
       this._layoutDirty = false;
       this._dataDirty = false;
       this._layoutRevision = this.model.layoutRevision;
-      const tasks = this.model.tasks;
+      const tasks = listedRows(this._pager, this.model);
+      this._known = tasks.length;
       this._updateNotebookOptions(tasks);
       const rows = filterTasks(tasks, this._filter);
       this._shown = rows.length;
       this._list.setGroups(groupByNotebook(rows));
     } else if (this._dataDirty) {
       this._dataDirty = false;
-      this._list.replaceRows(id => this.model.task(id));
+      this._list.replaceRows(id => this._task(id));
     }
     this._list.draw(ctx);
-    const total = this.model.size;
-    let line = `${this._shown} of ${total} tasks`;
-    if (!this.model.loaded && this.model.error === null) {
+    const totals = this.model.storeCounts ?? this._pager.totals;
+    this._counts.update(totals, this._pager.filter.statuses);
+    this._footer.update(this._pager);
+    let line = listLine(this._shown, this._pager, totals, this._known);
+    if (!this.model.loaded && !this._pager.loaded && this.model.error === null) {
       line = 'Loading tasks…';
     }
     if (this.model.error !== null) {
@@ -230,7 +272,9 @@ export class TasksPanel extends Widget {
 
   dispose(): void {
     this._stopTicker();
+    window.clearTimeout(this._textTimer);
     this.model.changed.disconnect(this._onModelChanged, this);
+    this._pager.changed.disconnect(this._onPagerChanged, this);
     this._list.dispose();
     super.dispose();
   }
@@ -240,7 +284,34 @@ export class TasksPanel extends Widget {
     this._scheduleRender();
   }
 
-  private _onFilterChange(): void {
+  private _onPagerChanged(): void {
+    this._layoutDirty = true;
+    this._scheduleRender();
+  }
+
+  /** The row of a task: its live copy, else the loaded page's. */
+  private _task(taskId: string): ListingRow | undefined {
+    return this.model.task(taskId) ?? this._pager.task(taskId);
+  }
+
+  /** A status of the counts bar picked ('' for all): filter by it. */
+  private _pickStatus(status: string): void {
+    this._statusSelect.value = status ? `status:${status}` : '';
+    this._onFilterChange();
+  }
+
+  /** Scrolled to the end of the loaded rows: ask for the next page. */
+  private _loadMoreAtEnd(): void {
+    const p = this._pager;
+    if (p.loaded && p.hasMore && !p.loading && !p.atCap && p.error === null) {
+      if (nearEnd(this._list.node, this._list.height)) {
+        void p.more();
+      }
+    }
+  }
+
+  /** Filter the list; `toServer` false: only the loaded rows now, the server soon. */
+  private _onFilterChange(toServer = true): void {
     const choice = this._statusSelect.value;
     let statuses: readonly string[] = [];
     if (choice.startsWith('status:')) {
@@ -255,6 +326,13 @@ export class TasksPanel extends Widget {
     };
     this._layoutDirty = true;
     this._scheduleRender();
+    window.clearTimeout(this._textTimer);
+    const server: ServerFilter = { statuses, text: this._filter.text.trim() };
+    if (toServer) {
+      void this._pager.setFilter(server);
+    } else {
+      this._textTimer = window.setTimeout(() => void this._pager.setFilter(server), TEXT_PAUSE_MS);
+    }
   }
 
   private _onVerb(taskId: string, verb: ControlVerb): void {
@@ -328,7 +406,7 @@ export class TasksPanel extends Widget {
   }
 
   private async _loadDetail(taskId: string): Promise<void> {
-    const row = this.model.task(taskId);
+    const row = this._task(taskId);
     this._detailVersion = row ? row.version : -1;
     this._detailProgress = row ? progressKey(row) : '';
     this._detailLoadedAt = Date.now();
@@ -357,7 +435,7 @@ export class TasksPanel extends Widget {
       this._detailDrawn = null;
       return;
     }
-    const row = this.model.task(id);
+    const row = this._task(id);
     // refresh the details when the task changed (status, progress: logs grow with it)
     if (
       row &&
@@ -407,8 +485,16 @@ export class TasksPanel extends Widget {
   private _dataDirty = true;
   private _layoutRevision = -1;
   private _shown = 0;
+  private _known = 0;
   private _ticker: number | null = null;
+  private _pager: TaskPager;
+  private _counts: CountsBar;
+  private _footer: ListFooter;
+  private _textTimer = 0;
 }
+
+/** Pause in typing after which the text filter is sent to the server, ms. */
+const TEXT_PAUSE_MS = 300;
 
 // the "no live kernel" group has the empty key, so "all" needs a value of its own
 const ALL_NOTEBOOKS = '*';

@@ -48,7 +48,7 @@ describe('TasksPanel with many tasks', () => {
     panel.render();
     const status = () => panel.node.querySelector('.cm-TasksPanel-status')?.textContent;
     const drawn = () => panel.node.querySelectorAll('li.cm-Row');
-    expect(status()).toBe('2000 of 2000 tasks');
+    expect(status()).toBe('2,000 of 2,000 tasks');
     expect(panel.list.rowCount).toBe(2000);
     expect(drawn().length).toBeGreaterThan(3);
     expect(drawn().length).toBeLessThan(30);
@@ -81,7 +81,7 @@ describe('TasksPanel with many tasks', () => {
     select.value = 'status:running';
     select.dispatchEvent(new Event('change'));
     panel.render();
-    expect(status()).toBe('999 of 2000 tasks');
+    expect(status()).toBe('999 of 2,000 tasks');
     expect(panel.node.querySelector('li[data-task-id="t00000"]')).toBeNull();
     expect(panel.node.querySelector('li[data-task-id="t00002"]')).not.toBeNull();
     select.value = 'status:blocked';

@@ -34,11 +34,14 @@ async def test_cursor_and_changes() -> None:
     cursor = await feed.primed()
     first = feed.changes(0)
     assert first.reset and {s.task_id for s in first.tasks} == {"a", "b"}
+    # the whole store's counts ride along (the sidebar's counts bar stays live)
+    assert first.counts == store.counts() and first.counts[S.RUNNING] == 1
     assert not await feed.poll_once()  # nothing changed
     store.touch("a", progress=Progress(done=5, total=10))  # no version bump
     assert await feed.poll_once()
     delta = feed.changes(cursor)
     assert not delta.reset and [s.task_id for s in delta.tasks] == ["a"]
+    assert delta.counts[S.SUCCEEDED] == 1
     assert delta.tasks[0].progress is not None and delta.tasks[0].progress.done == 5
     assert feed.changes(feed.seq).tasks == []
     # a cursor from the future (the server restarted) gets the full list
