@@ -23,7 +23,7 @@ from typing import Any, NamedTuple, Protocol
 from chongming_nb.control.admission import Admission
 from chongming_nb.control.book import TaskBook, TaskEntry, history_row
 from chongming_nb.control.dependencies import Dependencies
-from chongming_nb.control.messages import AppendLog, TouchProgress, TrimLogs
+from chongming_nb.control.messages import AppendLog, SaveAttempt, TouchProgress, TrimLogs
 from chongming_nb.control.recovery import ConvergePlan
 from chongming_nb.control.timers import TICK_SECONDS, TimerKind, TimerQueue
 from chongming_nb.core.errors import ConfigurationError, TaskTimeout
@@ -233,6 +233,10 @@ class Attempts:
                 t.abandoned = h
             self.end_execution(t)
             book.end_attempt(t, plan.snapshot.status, plan.snapshot.failure, abandoned=True)
+        elif t.attempts and book.store is not None:
+            # the attempt ended before we knew; its record was among the writes the
+            # store refused: written as it happened (the store's status stands)
+            book.outbox.append(SaveAttempt(t.attempts[-1]))
         t.history = [row for row in t.history if row[6] <= plan.common_version]
         t.history.extend(history_row(tr) for tr in plan.transitions)
         t.snap = plan.snapshot

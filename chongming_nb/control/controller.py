@@ -546,9 +546,9 @@ class Controller:
     def health(self) -> dict[str, Any]:
         """Is task state reaching the store? ``saved`` False (and ``not_saved`` giving
         the reason) while the store refuses writes; ``held_writes`` are kept in memory
-        and written when it takes writes again (``dropped_writes`` beyond the bound).
-        Also the owner id, its lease, and the counters of failed writes, subscribers
-        and hooks."""
+        and written when it takes writes again (``dropped_writes`` beyond the bound);
+        ``unconverged``: tasks the store settled without us, not adopted yet -> why;
+        the owner id, its lease, the counts of failed writes, subscribers, hooks."""
         return self._life.health(self.persist_failures)
 
     def reconcile(

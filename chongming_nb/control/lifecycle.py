@@ -227,9 +227,20 @@ class Lifecycle:
             "dropped_writes": 0,
             "outages": 0,
             "first_failure": None,
+            "unconverged": {},
         }
         if self.link is not None:
             out.update(self.link.health.report())
+            # tasks the store settled without us whose convergence is still to come:
+            # memory and store disagree about them, and their writes wait
+            unconverged = dict(self.link.unconverged)
+            out["unconverged"] = unconverged
+            if unconverged:
+                out["saved"] = False
+                if out["not_saved"] is None:
+                    tid, why = next(iter(sorted(unconverged.items())))
+                    more = f" (and {len(unconverged) - 1} more)" if len(unconverged) > 1 else ""
+                    out["not_saved"] = f"not saved: task {tid}{more}: {why}"
         out["persist_failures"] = persist_failures
         out["subscriber_failures"] = self.bus.subscriber_failures
         out["hook_failures"] = self.bus.hook_failures
@@ -238,6 +249,7 @@ class Lifecycle:
     def flush(self, timeout: float) -> bool:
         """See ``Controller.flush``."""
         book, bus, link = self.book, self.bus, self.link
+        converged = link.converged if link is not None else 0
         book.hand_over()  # (not flush_outbox: its lock-free look may miss a hand-over)
         done = bus.flush(timeout)
         if link is not None:
@@ -245,7 +257,12 @@ class Lifecycle:
                 link.retry_held()
                 done = bus.flush(timeout)
             link.converge_refused()
-            link.mark_rows()
+            marked = link.mark_rows()
+            # what converging (here, or on the dispatcher meanwhile) and marking wrote
+            # is recorded too
+            if marked or link.converged != converged:
+                book.hand_over()
+                done = bus.flush(timeout) and done
         return done
 
     def verify(self, task_id: TaskRef) -> tuple[bool, str]:

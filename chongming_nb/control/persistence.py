@@ -85,7 +85,14 @@ class StoreLink:
         self._fenced: deque[str] = deque()
         # ... and, until they are converged, nothing more of theirs is written
         self._refused: set[str] = set()
-        self._converging = threading.Lock()
+        # refused tasks whose convergence has not succeeded yet (the store's row could
+        # not be read, or it holds nothing to adopt): id -> why; tried again, and told
+        # by health(), until memory and store agree
+        self.unconverged: dict[str, str] = {}
+        self._next_converge = 0.0
+        #: how many convergences queued writes so far (``flush`` waits for them)
+        self.converged = 0
+        self._converging = threading.RLock()
 
     # ------------------------------------------------------------ retention
 
@@ -182,7 +189,10 @@ class StoreLink:
         """Dispatcher thread, every tick after the commands and the owner's leases
         (``lifecycle.OwnerLeases.tick``): converge the tasks the store settled without
         us, mark the rows of an outage, try held writes again."""
-        self.converge_refused()
+        again = bool(self.unconverged) and mono >= self._next_converge
+        if again:
+            self._next_converge = mono + HELD_RETRY_EVERY
+        self.converge_refused(again=again)
         if self.health._to_mark or self.health._to_unmark:
             self.mark_rows()
         if self.health.held and mono >= self._next_retry:
@@ -193,12 +203,13 @@ class StoreLink:
         """Have the recorder try the held writes again, in order (no new batch needed)."""
         self.book.bus.put_many([RetryHeld()])
 
-    def mark_rows(self) -> None:
+    def mark_rows(self) -> bool:
         """A line in each affected task's log (the row shows it): "not saved: <reason>"
-        while the store refuses its writes, "saved again" once they are written."""
+        while the store refuses its writes, "saved again" once they are written.
+        True when a line was added."""
         mark, unmark, reason = self.health.take_marks()
         if not (mark or unmark):
-            return
+            return False
         note = self.ctl._note
         with self.book.lock:
             for tid in mark:
@@ -206,51 +217,77 @@ class StoreLink:
             for tid in unmark:
                 note(tid, "saved again: the writes held in memory reached the store")
         self.book.flush_outbox()
+        return True
 
-    def converge_refused(self) -> None:
+    def converge_refused(self, *, again: bool = True) -> None:
         """Converge the tasks whose writes the store refused so far (any thread that
-        does not hold the book's lock: the dispatcher's tick, ``flush``)."""
+        does not hold the book's lock: the dispatcher's tick, ``flush``), and, with
+        ``again``, the ones whose convergence failed before."""
         # one at a time: a flush() returns only after a convergence the dispatcher began
         with self._converging:
             ids: set[str] = set()
             while self._fenced:
                 ids.add(self._fenced.popleft())
+            if again:
+                ids.update(self.unconverged)
             if ids:
                 self.converge(ids, refused=True)
 
     def converge(self, ids: set[str], *, refused: bool) -> None:
         """Adopt the store's settled state for tasks it settled without us (fencing):
         their execution is asked to stop and abandoned, memory takes the store's
-        snapshot and history. ``refused``: the store refused our writes of these."""
+        snapshot and history. ``refused``: the store refused our writes of these —
+        until they converge nothing more of theirs is written, so one that cannot be
+        converged now (its row cannot be read, or holds nothing to adopt) stays in
+        ``unconverged``: tried again, and reported by ``health()``."""
         book = self.book
-        for tid in sorted(ids):
-            with book.lock:
-                t = book.tasks.get(tid)
-                if t is None:
+        with self._converging:
+            for tid in sorted(ids):
+                with book.lock:
+                    t = book.tasks.get(tid)
+                    if t is None:
+                        self.unconverged.pop(tid, None)
+                        continue
+                    mine = transitions(tid, list(t.history))
+                try:
+                    plan = converge_plan(self.store, tid, mine)
+                except Exception as exc:
+                    if refused:
+                        self._not_converged(tid, f"its row could not be read back: {exc}")
+                    else:  # (the next lease renewal looks again)
+                        log.warning("reading task %s back failed: %s", tid, exc)
                     continue
-                mine = transitions(tid, list(t.history))
-            try:
-                plan = converge_plan(self.store, tid, mine)
-            except Exception:
-                log.exception("reading task %s back failed", tid)
-                continue
-            if plan is None:
-                if refused:
-                    self.ctl.persist_failures += 1
-                    log.error(
-                        "the store refused a write of task %s and holds no settled state "
-                        "for it (store: %s; memory: v%d)",
-                        tid,
-                        self._describe(tid),
-                        len(mine),
-                    )
-                continue
-            with book.lock:
-                if plan.transitions:
-                    self.ctl._adopt(t, plan)
-                # adopted (or in agreement): what this task writes after it is new
-                book.outbox.append(Unfence(tid))
-            book.flush_outbox()
+                if plan is None:
+                    if refused:
+                        self._not_converged(
+                            tid,
+                            "the store holds no settled state to adopt "
+                            f"(store: {self._describe(tid)}; memory: v{len(mine)})",
+                        )
+                    continue
+                self.unconverged.pop(tid, None)
+                with book.lock:
+                    # what this task writes from here on is new (the adoption's own
+                    # records too: the attempt it ends, its warning)
+                    book.outbox.append(Unfence(tid))
+                    if plan.transitions:
+                        self.ctl._adopt(t, plan)
+                    self.converged += 1
+                book.flush_outbox()
+
+    def _not_converged(self, tid: str, why: str) -> None:
+        """A refused task that cannot converge now: kept (tried again), counted, said
+        once in the log and in its row."""
+        first = tid not in self.unconverged
+        self.unconverged[tid] = why
+        if not first:
+            return
+        self.ctl.persist_failures += 1
+        log.error("the store refused a write of task %s and it cannot converge yet: %s", tid, why)
+        with self.book.lock:
+            self.ctl._note(tid, f"not saved: the store refused its writes; {why}")
+            self.converged += 1
+        self.book.flush_outbox()
 
     def _describe(self, tid: str) -> str:
         try:

@@ -1,0 +1,91 @@
+"""Recovery never lies: when the store settled a task without its owner (a reconciler
+found the owner's lease ended), the owner converges to the store's truth — even when
+reading that truth fails at first — and no write of the task is dropped silently; a
+task settled while it is being launched does not run its work, and what ran is
+recorded as it happened. On the memory store, SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from ctl_helpers import Rig, wait_status
+from fencing import FAR, FlakyStore, StorePair, agree, settle_from_elsewhere
+
+from chongming_nb import Controller, TaskStatus
+
+S = TaskStatus
+
+
+def test_a_converge_whose_read_fails_is_tried_again_and_reported(
+    pair: StorePair, rig: Rig, make_ctl: Callable[..., Controller]
+) -> None:
+    """The store refuses the owner's write (a reconciler settled the task) and reading
+    the store's row back fails (the store went away again): the task stays to be
+    converged — health() says so — and converges once the store answers; later
+    writes of the task reach the store."""
+    main, other = pair
+    flaky = FlakyStore(main)
+    ctl = make_ctl(store=flaky, owner=FAR, lease_seconds=1)
+    gate = rig.gate()
+    h = ctl.submit(gate.cooperative, 7, name="work")
+    wait_status(ctl, h, S.RUNNING)
+    ctl.flush()
+    assert settle_from_elsewhere(other, rig.clock)()["lost"] == [h.id]
+
+    flaky.fail("get", "history")  # the store's truth cannot be read for now
+    gate.release()
+    assert h.wait(10)
+    ctl.flush()  # the task's end is refused (fenced); reading its row back fails
+    assert flaky.refused > 0
+    health = ctl.health()
+    assert list(health["unconverged"]) == [h.id], health
+    assert "could not connect" in health["unconverged"][h.id]
+    assert health["saved"] is False
+    ctl.flush()  # tried again, still unreadable: still waiting, still said
+    assert list(ctl.health()["unconverged"]) == [h.id]
+
+    flaky.heal()
+    ctl.flush()
+    assert ctl.get(h.id).status is S.LOST
+    agree(ctl, main, h.id)
+    health = ctl.health()
+    assert health["unconverged"] == {} and health["saved"] is True
+
+    # what the task writes after converging reaches the store (nothing dropped)
+    ctl.retry(h.id, force=True)
+    assert h.wait(10)
+    ctl.flush()
+    assert ctl.get(h.id).status is S.SUCCEEDED
+    agree(ctl, main, h.id)
+
+
+@pytest.mark.parametrize("learns_by", ["renewal", "refused write"])
+def test_an_execution_the_store_settled_is_stopped_and_its_attempt_recorded(
+    pair: StorePair, rig: Rig, make_ctl: Callable[..., Controller], learns_by: str
+) -> None:
+    """A running task is settled LOST by a reconciler; the owner learns it at its next
+    lease renewal, or when the store refuses its next write (a pause): the execution is
+    told to stop (it stops at its next checkpoint), and the store holds the attempt's
+    end as memory does (abandoned: the store's LOST stands), not an attempt that never
+    ended."""
+    main, other = pair
+    ctl = make_ctl(store=main, owner=FAR, lease_seconds=1)
+    ctl._dispatcher.store_tick = None  # this test drives the store link itself
+    gate = rig.gate()
+    h = ctl.submit(gate.cooperative, name="work")
+    wait_status(ctl, h, S.RUNNING)
+    ctl.flush()
+    assert settle_from_elsewhere(other, rig.clock)()["lost"] == [h.id]
+    if learns_by == "renewal":
+        assert ctl._leases is not None
+        ctl._leases.renew_leases()  # the task is not open in the store any more
+    else:
+        h.pause(timeout=30)  # the store refuses PAUSING: fenced
+        ctl.flush()  # ... and converged
+    assert ctl.get(h.id).status is S.LOST
+    assert h.wait(10)  # the thread stopped at its checkpoint (the gate is still shut)
+    ctl.flush()
+    agree(ctl, main, h.id)
+    [rec] = main.attempts(h.id)
+    assert rec.ended_at is not None and rec.abandoned and rec.outcome is S.LOST
