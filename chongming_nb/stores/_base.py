@@ -1,4 +1,9 @@
-"""The SQL store base: what the SQLite and PostgreSQL backends do alike.
+"""The store bases: what every backend does alike, and what the SQL ones do alike.
+
+``StoreBase`` (under ``InMemoryStore`` and ``SqlStore``) checks the arguments of the
+contract's methods once and passes them on to the backend's hooks (``_record``,
+``_claim``, ``_purge``...); ``create``, ``save``, ``append``, ``touch`` and the other
+writes of one part are a ``_record`` of fewer parts.
 
 ``SqlStore`` holds every read, the command queue, owners, runs and pruning, written
 once in SQL that both databases accept (``?`` placeholders; the dialect turns them into
@@ -9,11 +14,11 @@ once in SQL that both databases accept (``?`` placeholders; the dialect turns th
 * ``_connect()`` and ``_fail()``: a new connection, and a ``StoreError`` naming the
   store; the base keeps one connection per process under the store's lock (``_db``,
   ``_read``, ``close``), a backend adds ``_write()`` (one write transaction);
-* ``_t(value)``: a time as the database stores it (SQLite: fixed-width UTC text;
-  PostgreSQL: the aware datetime, a ``timestamptz``);
+* ``_t(value)``: a time as the database stores it (SQLite: integer microseconds
+  since the epoch; PostgreSQL: the aware datetime, a ``timestamptz``);
 * ``_record(batch)``: the one write path of snapshots, history, logs and touches
-  (``record_batch``; ``create``, ``save`` and ``save_many`` are it with fewer parts),
-  opening and migrating.
+  (``record_batch``; the writes of ``StoreBase`` are it with fewer parts), opening
+  and migrating.
 
 The tables are ``ddl(types)`` in each backend's column types (``_schema``: the tables,
 their indexes and migrations), so their shape is stated once too.
@@ -45,13 +50,13 @@ from chongming_nb.stores.protocol import (
     RunRecord,
     SaveItem,
     TaskQuery,
+    TaskStore,
     Touch,
-    TouchViaTouchMany,
     dropped_count,
     dropped_marker,
 )
 
-__all__ = ["FRAME_COLUMNS", "Batch", "FrameKind", "SqlStore", "upsert"]
+__all__ = ["FRAME_COLUMNS", "Batch", "FrameKind", "Only", "SqlStore", "StoreBase", "upsert"]
 
 
 def _cols(columns: Sequence[str]) -> str:
@@ -202,18 +207,159 @@ R = TypeVar("R", LogRecord, EventRecord)
 
 
 class Batch(NamedTuple):
-    """One recorder batch: the parts of ``SqlStore.record_batch``."""
+    """One recorder batch: the parts of ``SqlStore.record_batch`` (a write of fewer
+    parts leaves the others empty)."""
 
-    items: Sequence[SaveItem]
-    transitions: Sequence[Transition]
-    attempts: Sequence[AttemptRecord]
-    events: Sequence[EventRecord]
-    clears: Sequence[str]
-    logs: Sequence[tuple[str, Sequence[LogRecord]]]
-    touches: Sequence[Touch]
+    items: Sequence[SaveItem] = ()
+    transitions: Sequence[Transition] = ()
+    attempts: Sequence[AttemptRecord] = ()
+    events: Sequence[EventRecord] = ()
+    clears: Sequence[str] = ()
+    logs: Sequence[tuple[str, Sequence[LogRecord]]] = ()
+    touches: Sequence[Touch] = ()
 
 
-class SqlStore(TouchViaTouchMany):
+#: Only these names (event types, task ids); None: every one.
+Only = frozenset[str] | None
+
+
+class StoreBase(TaskStore):
+    """What every backend (``InMemoryStore``, ``SqlStore``) does alike, written once: the
+    writes that are one ``_record`` of fewer parts (``create`` is a batch of one new
+    snapshot, ``touch_many`` one of touches...), and the checks of the arguments of the methods
+    below, which then call the backend's hook with checked ones (times in UTC). Its
+    methods' documentation is ``TaskStore``'s."""
+
+    # ------------------------------------------------------ backend hooks
+    def _record(self, batch: Batch) -> None:  # pragma: no cover - abstract
+        """Write the whole batch or nothing: ``clears`` first, then the snapshots with
+        their transitions, attempts and events, then the log lines, then the touches."""
+        raise NotImplementedError
+
+    def _logs_since(
+        self, task_id: str, since: datetime | None, limit: int | None
+    ) -> list[LogRecord]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _events_since(
+        self, task_id: str | None, since: datetime | None, types: Only, limit: int | None
+    ) -> list[EventRecord]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _claim(
+        self, owner: str, now: datetime, until: datetime, limit: int, task_ids: Only
+    ) -> list[Command]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _complete(
+        self, command_id: str, now: datetime, outcome: Mapping[str, Any] | None, state: CommandState
+    ) -> None:  # pragma: no cover - abstract
+        """Complete a command not yet completed; StoreError for an unknown one."""
+        raise NotImplementedError
+
+    def _purge(
+        self, cutoff: datetime, statuses: list[str], keep: frozenset[str], dry_run: bool
+    ) -> dict[str, int]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _prune(self, keep_terminal: int) -> int:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # ------------------------------------------------------------ writes
+    def create(self, snapshot: TaskSnapshot) -> None:
+        self._record(Batch([(snapshot, None)]))
+
+    def save(self, snapshot: TaskSnapshot, *, expect_version: int) -> None:
+        self._record(Batch([(snapshot, expect_version)]))
+
+    def save_many(
+        self,
+        items: Sequence[SaveItem],
+        transitions: Sequence[Transition] = (),
+        *,
+        attempts: Sequence[AttemptRecord] = (),
+        events: Sequence[EventRecord] = (),
+    ) -> None:
+        self._record(Batch(items, transitions, attempts, events))
+
+    def append(self, transition: Transition) -> None:
+        self._record(Batch(transitions=[transition]))
+
+    def save_attempt(self, attempt: AttemptRecord) -> None:
+        self._record(Batch(attempts=[attempt]))
+
+    def append_events(self, events: Sequence[EventRecord]) -> None:
+        self._record(Batch(events=events))
+
+    def append_logs(self, task_id: str, lines: Sequence[LogRecord]) -> None:
+        if lines:
+            self._record(Batch(logs=[(task_id, lines)]))
+
+    def touch_many(self, touches: Sequence[Touch]) -> None:
+        if touches:
+            self._record(Batch(touches=touches))
+
+    # ------------------------------------------------------------- reads
+    def logs(
+        self, task_id: str, *, limit: int | None = None, since: datetime | None = None
+    ) -> list[LogRecord]:
+        return self._logs_since(task_id, codec.utc(since, "since"), limit)
+
+    def events(
+        self,
+        task_id: str | None = None,
+        *,
+        since: datetime | None = None,
+        types: frozenset[str] | None = None,
+        limit: int | None = None,
+    ) -> list[EventRecord]:
+        return self._events_since(task_id, codec.utc(since, "since"), types, limit)
+
+    # ---------------------------------------------------------- commands
+    def claim_commands(
+        self,
+        *,
+        owner: str,
+        now: datetime,
+        lease_seconds: float,
+        limit: int = 50,
+        task_ids: frozenset[str] | None = None,
+    ) -> list[Command]:
+        now = codec.utc_req(now, "now")
+        until = now + timedelta(seconds=lease_seconds)
+        return self._claim(owner, now, until, max(0, limit), task_ids)
+
+    def complete_command(
+        self,
+        command_id: str,
+        *,
+        now: datetime,
+        outcome: Mapping[str, Any] | None = None,
+        state: CommandState = CommandState.DONE,
+    ) -> None:
+        if state not in (CommandState.DONE, CommandState.REJECTED):
+            raise StoreError(f"command {command_id}: a command completes as done or rejected")
+        self._complete(command_id, codec.utc_req(now, "now"), outcome, state)
+
+    # --------------------------------------------------------- retention
+    def purge(
+        self,
+        *,
+        older_than: datetime,
+        status: frozenset[TaskStatus] | None = None,
+        keep: frozenset[str] = frozenset(),
+        dry_run: bool = False,
+    ) -> dict[str, int]:
+        statuses = purge_statuses(status)
+        return self._purge(codec.utc_req(older_than, "older_than"), statuses, keep, dry_run)
+
+    def prune(self, *, keep_terminal: int) -> int:
+        if keep_terminal < 0:
+            raise ValueError(f"keep_terminal must be >= 0, got {keep_terminal}")
+        return self._prune(keep_terminal)
+
+
+class SqlStore(StoreBase):
     """A ``TaskStore`` over a SQL database (see the module docstring)."""
 
     dialect: ClassVar[Dialect]
@@ -238,9 +384,6 @@ class SqlStore(TouchViaTouchMany):
         raise NotImplementedError  # pragma: no cover - abstract
 
     def _write(self) -> AbstractContextManager[Any]:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def _record(self, batch: Batch) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def _t(self, value: datetime | None) -> Any:  # pragma: no cover - abstract
@@ -362,22 +505,6 @@ class SqlStore(TouchViaTouchMany):
         then ``touch_many(touches)``; errors as those methods raise them."""
         self._record(Batch(items, transitions, attempts, events, clears, logs, touches))
 
-    def create(self, snapshot: TaskSnapshot) -> None:
-        self.record_batch([(snapshot, None)])
-
-    def save(self, snapshot: TaskSnapshot, *, expect_version: int) -> None:
-        self.record_batch([(snapshot, expect_version)])
-
-    def save_many(
-        self,
-        items: Sequence[SaveItem],
-        transitions: Sequence[Transition] = (),
-        *,
-        attempts: Sequence[AttemptRecord] = (),
-        events: Sequence[EventRecord] = (),
-    ) -> None:
-        self.record_batch(items, transitions, attempts=attempts, events=events)
-
     # ---------------------------------------------------------- snapshots
     def get(self, task_id: str) -> TaskSnapshot | None:
         r = self._one(f"{_SELECT_TASK} WHERE task_id = ?", (task_id,))
@@ -457,9 +584,6 @@ class SqlStore(TouchViaTouchMany):
         return out
 
     # ------------------------------------------------------------ history
-    def append(self, transition: Transition) -> None:
-        self.save_many([], [transition])
-
     def history(self, task_id: str, *, since_version: int = 0) -> list[Transition]:
         rows = self._fetch(
             f"SELECT {_cols(codec.TRANSITION_COLUMNS)} FROM transitions "
@@ -467,9 +591,6 @@ class SqlStore(TouchViaTouchMany):
             (task_id, since_version),
         )
         return [codec.row_to_transition(r) for r in rows]
-
-    def save_attempt(self, attempt: AttemptRecord) -> None:
-        self.save_many([], attempts=[attempt])
 
     def attempts(self, task_id: str) -> list[AttemptRecord]:
         rows = self._fetch(
@@ -483,10 +604,6 @@ class SqlStore(TouchViaTouchMany):
         with self._write() as conn:
             cur = conn.execute(self._sql("DELETE FROM attempts WHERE task_id = ?"), (task_id,))
             return int(cur.rowcount)
-
-    def append_logs(self, task_id: str, lines: Sequence[LogRecord]) -> None:
-        if lines:
-            self.record_batch(logs=[(task_id, lines)])
 
     def trim_logs(self, task_id: str, max_bytes: int) -> int:
         """Keep the newest lines of ``task_id`` whose size (see ``protocol.log_size``) fits
@@ -525,39 +642,26 @@ class SqlStore(TouchViaTouchMany):
             )
             return dropped
 
-    def logs(
-        self, task_id: str, *, limit: int | None = None, since: datetime | None = None
+    def _logs_since(
+        self, task_id: str, since: datetime | None, limit: int | None
     ) -> list[LogRecord]:
         sql = "SELECT at, stream, line, level FROM logs WHERE task_id = ?"
         params: list[Any] = [task_id]
         if since is not None:
             sql += " AND at > ?"
-            params.append(self._t(codec.utc(since, "since")))
+            params.append(self._t(since))
         return self._newest(sql, params, limit, codec.row_to_log)
 
-    def append_events(self, events: Sequence[EventRecord]) -> None:
-        self.save_many([], events=events)
-
-    def events(
-        self,
-        task_id: str | None = None,
-        *,
-        since: datetime | None = None,
-        types: frozenset[str] | None = None,
-        limit: int | None = None,
+    def _events_since(
+        self, task_id: str | None, since: datetime | None, types: Only, limit: int | None
     ) -> list[EventRecord]:
         where, params = _where(
             None if task_id is None else ("task_id = ?", [task_id]),
-            None if since is None else ("at > ?", [self._t(codec.utc(since, "since"))]),
+            None if since is None else ("at > ?", [self._t(since)]),
             None if types is None else self.dialect.in_list("type", sorted(types)),
         )
         sql = f"SELECT {_cols(codec.EVENT_COLUMNS)} FROM events {where}"
         return self._newest(sql, params, limit, codec.row_to_event)
-
-    # ------------------------------------------------------- side channel
-    def touch_many(self, touches: Sequence[Touch]) -> None:
-        if touches:
-            self.record_batch(touches=touches)
 
     # ----------------------------------------------------------- commands
     def submit_command(self, command: Command) -> None:
@@ -578,19 +682,11 @@ class SqlStore(TouchViaTouchMany):
                 self._timed(row, _COMMAND_TIMES),
             )
 
-    def claim_commands(
-        self,
-        *,
-        owner: str,
-        now: datetime,
-        lease_seconds: float,
-        limit: int = 50,
-        task_ids: frozenset[str] | None = None,
+    def _claim(
+        self, owner: str, now: datetime, until: datetime, limit: int, task_ids: Only
     ) -> list[Command]:
-        now_utc = codec.utc_req(now, "now")
-        until = self._t(now_utc + timedelta(seconds=lease_seconds))
         cond = "(state = 'pending' OR (state = 'claimed' AND lease_until <= ?))"
-        params: list[Any] = [self._t(now_utc)]
+        params: list[Any] = [self._t(now)]
         if task_ids is not None:
             sql, p = self.dialect.in_list("task_id", sorted(task_ids))
             cond += f" AND {sql}"
@@ -602,23 +698,16 @@ class SqlStore(TouchViaTouchMany):
                     f"WHERE seq IN (SELECT seq FROM commands WHERE {cond} ORDER BY seq LIMIT ?"
                     f"{self.dialect.claim_lock}) RETURNING seq, {_COMMANDS}"
                 ),
-                [owner, until, *params, max(0, limit)],
+                [owner, self._t(until), *params, limit],
             )
             rows = [_row(cur, v) for v in cur.fetchall()]
         rows.sort(key=lambda r: r["seq"])
         return [codec.row_to_command(r) for r in rows]
 
-    def complete_command(
-        self,
-        command_id: str,
-        *,
-        now: datetime,
-        outcome: Mapping[str, Any] | None = None,
-        state: CommandState = CommandState.DONE,
+    def _complete(
+        self, command_id: str, now: datetime, outcome: Mapping[str, Any] | None, state: CommandState
     ) -> None:
-        if state not in (CommandState.DONE, CommandState.REJECTED):
-            raise StoreError(f"command {command_id}: a command completes as done or rejected")
-        at = self._t(codec.utc_req(now, "now"))
+        at = self._t(now)
         out = codec.dumps_obj(outcome, f"command {command_id} outcome")
         with self._write() as conn:
             cur = conn.execute(
@@ -659,7 +748,7 @@ class SqlStore(TouchViaTouchMany):
 
     def upsert_owner(self, owner: OwnerRecord) -> None:
         row = codec.owner_to_row(owner)
-        self._upsert("owners", codec.OWNER_COLUMNS, "owner_id", row, ("started_at", "heartbeat_at"))
+        self._upsert("owners", codec.OWNER_COLUMNS, "owner_id", row, codec.OWNER_TIMES)
 
     def owners(self) -> list[OwnerRecord]:
         rows = self._fetch(f"SELECT {_cols(codec.OWNER_COLUMNS)} FROM owners ORDER BY owner_id")
@@ -667,7 +756,7 @@ class SqlStore(TouchViaTouchMany):
 
     def save_run(self, run: RunRecord) -> None:
         row = codec.run_to_row(run)
-        self._upsert("runs", codec.RUN_COLUMNS, "run_id", row, ("created_at", "updated_at"))
+        self._upsert("runs", codec.RUN_COLUMNS, "run_id", row, codec.RUN_TIMES)
 
     def get_run(self, run_id: str) -> RunRecord | None:
         r = self._one(f"SELECT {_cols(codec.RUN_COLUMNS)} FROM runs WHERE run_id = ?", (run_id,))
@@ -737,24 +826,17 @@ class SqlStore(TouchViaTouchMany):
         return dict(zip(names, zip(*rows, strict=True), strict=True))
 
     # ---------------------------------------------------------- retention
-    def purge(
-        self,
-        *,
-        older_than: datetime,
-        status: frozenset[TaskStatus] | None = None,
-        keep: frozenset[str] = frozenset(),
-        dry_run: bool = False,
+    def _purge(
+        self, cutoff: datetime, statuses: list[str], keep: frozenset[str], dry_run: bool
     ) -> dict[str, int]:
-        """Delete finished tasks that ended before ``older_than`` (optionally only those
-        of ``status``, all terminal) with their transitions, attempts, events, log
-        lines and commands, in ONE transaction; never a task that is not terminal, nor
-        one in ``keep``. Returns the rows deleted per table (``dry_run``: the rows it
-        would delete, and deletes nothing). Then gives the space back (``_reclaim``)."""
-        chosen = purge_statuses(status)
-        cutoff = self._t(codec.utc_req(older_than, "older_than"))
-        in_status, params = self.dialect.in_list("status", chosen)
+        """Delete the tasks of ``statuses`` (all terminal) that ended before ``cutoff``,
+        but those in ``keep``, with their transitions, attempts, events, log lines and
+        commands, in ONE transaction; returns the rows deleted per table (``dry_run``:
+        the rows it would delete, and deletes nothing). Then gives the space back
+        (``_reclaim``)."""
+        in_status, params = self.dialect.in_list("status", statuses)
         cond = f"{in_status} AND COALESCE(ended_at, created_at) < ?"
-        params.append(cutoff)
+        params.append(self._t(cutoff))
         if keep:
             not_kept, more = self.dialect.in_list("task_id", sorted(keep))
             cond += f" AND NOT ({not_kept})"
@@ -778,9 +860,7 @@ class SqlStore(TouchViaTouchMany):
         does it on its own)."""
 
     # ---------------------------------------------------------------- ops
-    def prune(self, *, keep_terminal: int) -> int:
-        if keep_terminal < 0:
-            raise ValueError(f"keep_terminal must be >= 0, got {keep_terminal}")
+    def _prune(self, keep_terminal: int) -> int:
         status_sql, params = self.dialect.in_list("status", _TERMINAL_VALUES)
         with self._write() as conn:
             cur = conn.execute(

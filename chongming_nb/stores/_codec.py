@@ -1,6 +1,8 @@
 """Row codec shared by the SQL backends: models <-> flat rows, with full fidelity.
 
-Rows are dicts keyed by column name. Datetimes stay aware ``datetime`` objects
+Rows read are dicts keyed by column name (``row_to_*``); the rows the batch writer
+writes are built in ``_sql`` (tuples in the order of ``*_COLUMNS``), those of commands,
+owners and runs here (``*_to_row``). Datetimes stay aware ``datetime`` objects
 normalised to UTC (the SQLite backend stores them as integer microseconds since the
 epoch, ``dt_to_micros``; schema version 1 stored fixed-width ISO text, ``dt_to_text``;
 PostgreSQL stores ``timestamptz``).
@@ -15,7 +17,7 @@ A value that is not JSON (in ``outcome``, command args, payloads) is stored as i
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import fields, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -270,49 +272,6 @@ TASK_COLUMNS = columns(TaskSnapshot)
 TASK_TIME_COLUMNS = frozenset(_SNAPSHOT_TIMES)
 
 
-_EMPTY_LIST = "[]"
-
-
-def _u(value: datetime | None, tid: str, name: str) -> datetime | None:
-    if value is None or (value.__class__ is datetime and value.tzinfo is UTC):
-        return value
-    return utc(value, f"task {tid}: {name}")
-
-
-def snapshot_to_row(s: TaskSnapshot) -> dict[str, Any]:
-    tid = s.task_id
-    return {
-        "task_id": s.task_id,
-        "name": s.name,
-        "pipeline_run_id": s.pipeline_run_id,
-        "tags": dumps(sorted(s.tags)) if s.tags else _EMPTY_LIST,
-        "status": s.status.value,
-        "status_version": s.status_version,
-        "requested_action": None if s.requested_action is None else s.requested_action.value,
-        "attempt": s.attempt,
-        "max_attempts": s.max_attempts,
-        "created_at": _u(s.created_at, tid, "created_at"),
-        "queued_at": _u(s.queued_at, tid, "queued_at"),
-        "started_at": _u(s.started_at, tid, "started_at"),
-        "ended_at": _u(s.ended_at, tid, "ended_at"),
-        "last_heartbeat_at": _u(s.last_heartbeat_at, tid, "last_heartbeat_at"),
-        "retry_at": _u(s.retry_at, tid, "retry_at"),
-        "progress": progress_to_json(s.progress),
-        "failure": failure_to_json(s.failure),
-        "outcome": dumps_obj(s.outcome, f"task {s.task_id}: outcome"),
-        "executor": s.executor,
-        "pid": s.pid,
-        "priority": s.priority,
-        "deps": dumps(list(s.deps)) if s.deps else _EMPTY_LIST,
-        "idempotency_key": s.idempotency_key,
-        "bucket": s.bucket,
-        "bucket_key": s.bucket_key,
-        "lease_owner": s.lease_owner,
-        "lease_until": _u(s.lease_until, tid, "lease_until"),
-        "overridden": bool(s.overridden),
-    }
-
-
 def row_to_snapshot(r: Mapping[str, Any]) -> TaskSnapshot:
     ra = r["requested_action"]
     return TaskSnapshot(
@@ -362,20 +321,6 @@ TRANSITION_COLUMNS: tuple[str, ...] = (
 )
 
 
-def transition_to_row(t: Transition) -> dict[str, Any]:
-    return {
-        "task_id": t.task_id,
-        "version": t.version,
-        "from_status": TaskStatus(t.from_status).value,
-        "to_status": TaskStatus(t.to_status).value,
-        "trigger": t.trigger,
-        "actor": t.actor,
-        "reason": t.reason,
-        "at": utc_req(t.at, f"task {t.task_id}: transition {t.version} at"),
-        "override": bool(t.override),
-    }
-
-
 def row_to_transition(r: Mapping[str, Any]) -> Transition:
     return Transition(
         task_id=r["task_id"],
@@ -391,23 +336,6 @@ def row_to_transition(r: Mapping[str, Any]) -> Transition:
 
 
 ATTEMPT_COLUMNS = columns(AttemptRecord)
-
-
-def attempt_to_row(a: AttemptRecord) -> dict[str, Any]:
-    what = f"task {a.task_id}: attempt {a.attempt}"
-    return {
-        "task_id": a.task_id,
-        "attempt": a.attempt,
-        "started_at": utc_req(a.started_at, f"{what} started_at"),
-        "ended_at": utc(a.ended_at, f"{what} ended_at"),
-        "outcome": None if a.outcome is None else TaskStatus(a.outcome).value,
-        "failure_kind": None if a.failure_kind is None else a.failure_kind.value,
-        "failure_message": a.failure_message,
-        "traceback": a.traceback,
-        "executor": a.executor,
-        "abandoned": bool(a.abandoned),
-        "exit_code": a.exit_code,
-    }
 
 
 def row_to_attempt(r: Mapping[str, Any]) -> AttemptRecord:
@@ -429,16 +357,6 @@ def row_to_attempt(r: Mapping[str, Any]) -> AttemptRecord:
 # ----------------------------------------------------------- logs and events
 
 
-def log_to_row(task_id: str, rec: LogRecord) -> dict[str, Any]:
-    return {
-        "task_id": task_id,
-        "at": utc_req(rec.at, f"task {task_id}: log line at"),
-        "stream": rec.stream,
-        "line": rec.line,
-        "level": rec.level,
-    }
-
-
 def row_to_log(r: Mapping[str, Any]) -> LogRecord:
     return LogRecord(
         at=text_to_dt_req(r["at"]), stream=r["stream"], line=r["line"], level=r["level"]
@@ -448,24 +366,8 @@ def row_to_log(r: Mapping[str, Any]) -> LogRecord:
 EVENT_COLUMNS = columns(EventRecord)
 
 
-def event_to_row(e: EventRecord) -> dict[str, Any]:
-    return {
-        "event_id": e.event_id,
-        "task_id": e.task_id,
-        "at": utc_req(e.at, f"event {e.event_id} at"),
-        "type": e.type,
-        "payload": dumps_obj(e.payload, f"event {e.event_id} payload") or "{}",
-    }
-
-
 def row_to_event(r: Mapping[str, Any]) -> EventRecord:
-    return EventRecord(
-        event_id=r["event_id"],
-        task_id=r["task_id"],
-        at=text_to_dt_req(r["at"]),
-        type=r["type"],
-        payload=loads(r["payload"]) or {},
-    )
+    return EventRecord(**_plain_fields(r, EVENT_COLUMNS, ("at",), "payload"))
 
 
 # ------------------------------------------------------------------- commands
@@ -506,61 +408,50 @@ def row_to_command(r: Mapping[str, Any]) -> Command:
     )
 
 
-# --------------------------------------------------------------- owners, runs
+# ------------------------------------------------ owners, runs: plain records
+#
+# An owner, a run and an event are plain records: a column per field, their times
+# required (UTC), and at most one JSON object (a run's spec, an event's payload).
 
 OWNER_COLUMNS = columns(OwnerRecord)
+OWNER_TIMES = ("started_at", "heartbeat_at")
+RUN_COLUMNS = columns(RunRecord)
+RUN_TIMES = ("created_at", "updated_at")
+
+
+def _plain_row(rec: Any, what: str, times: tuple[str, ...], obj: str = "") -> dict[str, Any]:
+    """A plain record as a row; ``what`` names it in an error."""
+    row = {f.name: getattr(rec, f.name) for f in fields(rec)}
+    for name in times:
+        row[name] = utc_req(row[name], f"{what} {name}")
+    if obj:
+        row[obj] = dumps_obj(row[obj], f"{what} {obj}") or "{}"
+    return row
+
+
+def _plain_fields(
+    r: Mapping[str, Any], cols: tuple[str, ...], times: tuple[str, ...], obj: str = ""
+) -> dict[str, Any]:
+    """The fields of a plain record read from its row."""
+    values = {c: r[c] for c in cols}
+    for name in times:
+        values[name] = text_to_dt_req(values[name])
+    if obj:
+        values[obj] = loads(values[obj]) or {}
+    return values
 
 
 def owner_to_row(o: OwnerRecord) -> dict[str, Any]:
-    return {
-        "owner_id": o.owner_id,
-        "host": o.host,
-        "pid": o.pid,
-        "kernel_id": o.kernel_id,
-        "started_at": utc_req(o.started_at, f"owner {o.owner_id} started_at"),
-        "heartbeat_at": utc_req(o.heartbeat_at, f"owner {o.owner_id} heartbeat_at"),
-    }
+    return _plain_row(o, f"owner {o.owner_id}", OWNER_TIMES)
 
 
 def row_to_owner(r: Mapping[str, Any]) -> OwnerRecord:
-    return OwnerRecord(
-        owner_id=r["owner_id"],
-        host=r["host"],
-        pid=int(r["pid"]),
-        kernel_id=r["kernel_id"],
-        started_at=text_to_dt_req(r["started_at"]),
-        heartbeat_at=text_to_dt_req(r["heartbeat_at"]),
-    )
-
-
-RUN_COLUMNS = columns(RunRecord)
+    return OwnerRecord(**_plain_fields(r, OWNER_COLUMNS, OWNER_TIMES))
 
 
 def run_to_row(run: RunRecord) -> dict[str, Any]:
-    return {
-        "run_id": run.run_id,
-        "name": run.name,
-        "status": run.status,
-        "created_at": utc_req(run.created_at, f"run {run.run_id} created_at"),
-        "updated_at": utc_req(run.updated_at, f"run {run.run_id} updated_at"),
-        "spec": dumps_obj(run.spec, f"run {run.run_id} spec") or "{}",
-    }
+    return _plain_row(run, f"run {run.run_id}", RUN_TIMES, "spec")
 
 
 def row_to_run(r: Mapping[str, Any]) -> RunRecord:
-    return RunRecord(
-        run_id=r["run_id"],
-        name=r["name"],
-        status=r["status"],
-        created_at=text_to_dt_req(r["created_at"]),
-        updated_at=text_to_dt_req(r["updated_at"]),
-        spec=loads(r["spec"]) or {},
-    )
-
-
-def times_to_text(row: dict[str, Any], columns: Iterable[str]) -> dict[str, Any]:
-    """Turn the datetime values of ``columns`` in ``row`` into fixed-width text."""
-    for c in columns:
-        if c in row:
-            row[c] = dt_to_text(row[c])
-    return row
+    return RunRecord(**_plain_fields(r, RUN_COLUMNS, RUN_TIMES, "spec"))

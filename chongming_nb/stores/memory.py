@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, TypeVar
 
 from chongming_nb.core.errors import ConcurrencyConflict, StoreError
@@ -17,8 +17,8 @@ from chongming_nb.core.models import (
     Transition,
 )
 from chongming_nb.core.states import TERMINAL, TaskStatus
+from chongming_nb.stores._base import Batch, Only, StoreBase
 from chongming_nb.stores._codec import check_snapshot_times, utc, utc_req
-from chongming_nb.stores._sql import purge_statuses
 from chongming_nb.stores.protocol import (
     DROPPED_STREAM,
     SCHEMA_VERSION,
@@ -29,7 +29,6 @@ from chongming_nb.stores.protocol import (
     SaveItem,
     TaskQuery,
     Touch,
-    TouchViaTouchMany,
     dropped_count,
     dropped_marker,
     fold_ascii,
@@ -89,7 +88,7 @@ def _newest(rows: list[tuple[int, R]], limit: int | None) -> list[R]:
     return [rec for _, rec in rows]
 
 
-class InMemoryStore(TouchViaTouchMany):
+class InMemoryStore(StoreBase):
     """A ``TaskStore`` in process memory, guarded by one lock."""
 
     def __init__(self) -> None:
@@ -126,21 +125,9 @@ class InMemoryStore(TouchViaTouchMany):
         if self._closed:
             raise StoreError("store memory: is closed")
 
-    # ------------------------------------------------------------ snapshots
-    def create(self, snapshot: TaskSnapshot) -> None:
-        self.save_many([(snapshot, None)])
-
-    def save(self, snapshot: TaskSnapshot, *, expect_version: int) -> None:
-        self.save_many([(snapshot, expect_version)])
-
-    def save_many(
-        self,
-        items: Sequence[SaveItem],
-        transitions: Sequence[Transition] = (),
-        *,
-        attempts: Sequence[AttemptRecord] = (),
-        events: Sequence[EventRecord] = (),
-    ) -> None:
+    # --------------------------------------------------------------- writes
+    def _record(self, batch: Batch) -> None:
+        items, transitions, attempts, events, clears, logs, touches = batch
         items = [(check_snapshot_times(snap), expect) for snap, expect in items]
         for t in transitions:
             utc_req(t.at, f"task {t.task_id}: transition {t.version} at")
@@ -149,26 +136,20 @@ class InMemoryStore(TouchViaTouchMany):
             utc(a.ended_at, f"task {a.task_id}: attempt {a.attempt} ended_at")
         for e in events:
             utc_req(e.at, f"event {e.event_id} at")
+        for task_id, lines in logs:
+            for rec in lines:
+                utc_req(rec.at, f"task {task_id}: log line at")
+        for tc in touches:
+            utc(tc.heartbeat_at, f"task {tc.task_id}: heartbeat_at")
+            utc(tc.lease_until, f"task {tc.task_id}: lease_until")
+            if tc.progress is not None:
+                utc(tc.progress.updated_at, f"task {tc.task_id}: progress.updated_at")
         with self._lock:
             self._check_open()
-            staged: dict[str, tuple[int | None, TaskSnapshot]] = {}
-            for snap, expect in items:
-                if snap.task_id in staged:
-                    current: TaskSnapshot | None = staged[snap.task_id][1]
-                    seq: int | None = staged[snap.task_id][0]
-                else:
-                    held = self._tasks.get(snap.task_id)
-                    current = None if held is None else held[1]
-                    seq = None if held is None else held[0]
-                if expect is None:
-                    if current is not None:
-                        raise StoreError(f"task {snap.task_id} already exists in memory:")
-                else:
-                    actual = None if current is None else current.status_version
-                    if actual != expect:
-                        raise ConcurrencyConflict(snap.task_id, expect, actual)
-                staged[snap.task_id] = (seq, snap)
+            staged = self._staged(items)
             # all checks passed: apply
+            for task_id in clears:
+                self._attempts.pop(task_id, None)
             for task_id, (seq, snap) in staged.items():
                 self._tasks[task_id] = (self._next() if seq is None else seq, snap)
             for t in transitions:
@@ -176,7 +157,53 @@ class InMemoryStore(TouchViaTouchMany):
             for a in attempts:
                 self._attempts.setdefault(a.task_id, {})[a.attempt] = a
             self._append_events(events)
+            for task_id, lines in logs:
+                bucket = self._logs.setdefault(task_id, [])
+                bucket.extend((self._next(), rec) for rec in lines)
+            for tc in touches:
+                self._touch(tc)
 
+    def _staged(self, items: Sequence[SaveItem]) -> dict[str, tuple[int | None, TaskSnapshot]]:
+        """The snapshots ``items`` leave, by task, with their creation seq (None: new);
+        StoreError or ConcurrencyConflict if one does not follow what is stored."""
+        staged: dict[str, tuple[int | None, TaskSnapshot]] = {}
+        for snap, expect in items:
+            if snap.task_id in staged:
+                current: TaskSnapshot | None = staged[snap.task_id][1]
+                seq: int | None = staged[snap.task_id][0]
+            else:
+                held = self._tasks.get(snap.task_id)
+                current = None if held is None else held[1]
+                seq = None if held is None else held[0]
+            if expect is None:
+                if current is not None:
+                    raise StoreError(f"task {snap.task_id} already exists in memory:")
+            else:
+                actual = None if current is None else current.status_version
+                if actual != expect:
+                    raise ConcurrencyConflict(snap.task_id, expect, actual)
+            staged[snap.task_id] = (seq, snap)
+        return staged
+
+    def _touch(self, t: Touch) -> None:
+        held = self._tasks.get(t.task_id)
+        if held is None:
+            return
+        changes: dict[str, Any] = {}
+        if t.progress is not None:
+            changes["progress"] = t.progress
+        if t.heartbeat_at is not None:
+            changes["last_heartbeat_at"] = t.heartbeat_at
+        if t.lease_owner is not None:
+            changes["lease_owner"] = t.lease_owner
+        if t.lease_until is not None:
+            changes["lease_until"] = t.lease_until
+        if t.pid is not None:
+            changes["pid"] = t.pid
+        if changes:
+            self._tasks[t.task_id] = (held[0], replace(held[1], **changes))
+
+    # ------------------------------------------------------------ snapshots
     def get(self, task_id: str) -> TaskSnapshot | None:
         with self._lock:
             self._check_open()
@@ -226,17 +253,11 @@ class InMemoryStore(TouchViaTouchMany):
         return out
 
     # -------------------------------------------------------------- history
-    def append(self, transition: Transition) -> None:
-        self.save_many([], [transition])
-
     def history(self, task_id: str, *, since_version: int = 0) -> list[Transition]:
         with self._lock:
             self._check_open()
             hist = self._history.get(task_id, {})
             return [hist[v] for v in sorted(hist) if v > since_version]
-
-    def save_attempt(self, attempt: AttemptRecord) -> None:
-        self.save_many([], attempts=[attempt])
 
     def attempts(self, task_id: str) -> list[AttemptRecord]:
         with self._lock:
@@ -248,14 +269,6 @@ class InMemoryStore(TouchViaTouchMany):
         with self._lock:
             self._check_open()
             return len(self._attempts.pop(task_id, {}))
-
-    def append_logs(self, task_id: str, lines: Sequence[LogRecord]) -> None:
-        for rec in lines:
-            utc_req(rec.at, f"task {task_id}: log line at")
-        with self._lock:
-            self._check_open()
-            bucket = self._logs.setdefault(task_id, [])
-            bucket.extend((self._next(), rec) for rec in lines)
 
     def trim_logs(self, task_id: str, max_bytes: int) -> int:
         with self._lock:
@@ -280,10 +293,9 @@ class InMemoryStore(TouchViaTouchMany):
             self._logs[task_id] = [(seq, marker), *rows[keep_from:]]
             return dropped
 
-    def logs(
-        self, task_id: str, *, limit: int | None = None, since: datetime | None = None
+    def _logs_since(
+        self, task_id: str, since: datetime | None, limit: int | None
     ) -> list[LogRecord]:
-        since = utc(since, "since")
         with self._lock:
             self._check_open()
             rows = list(self._logs.get(task_id, []))
@@ -298,18 +310,9 @@ class InMemoryStore(TouchViaTouchMany):
             self._event_ids.add(e.event_id)
             self._events.append((self._next(), e))
 
-    def append_events(self, events: Sequence[EventRecord]) -> None:
-        self.save_many([], events=events)
-
-    def events(
-        self,
-        task_id: str | None = None,
-        *,
-        since: datetime | None = None,
-        types: frozenset[str] | None = None,
-        limit: int | None = None,
+    def _events_since(
+        self, task_id: str | None, since: datetime | None, types: Only, limit: int | None
     ) -> list[EventRecord]:
-        since = utc(since, "since")
         with self._lock:
             self._check_open()
             rows = list(self._events)
@@ -321,33 +324,6 @@ class InMemoryStore(TouchViaTouchMany):
             and (types is None or r[1].type in types)
         ]
         return _newest(rows, limit)
-
-    # --------------------------------------------------------- side channel
-    def touch_many(self, touches: Sequence[Touch]) -> None:
-        for t in touches:
-            utc(t.heartbeat_at, f"task {t.task_id}: heartbeat_at")
-            utc(t.lease_until, f"task {t.task_id}: lease_until")
-            if t.progress is not None:
-                utc(t.progress.updated_at, f"task {t.task_id}: progress.updated_at")
-        with self._lock:
-            self._check_open()
-            for t in touches:
-                held = self._tasks.get(t.task_id)
-                if held is None:
-                    continue
-                changes: dict[str, Any] = {}
-                if t.progress is not None:
-                    changes["progress"] = t.progress
-                if t.heartbeat_at is not None:
-                    changes["last_heartbeat_at"] = t.heartbeat_at
-                if t.lease_owner is not None:
-                    changes["lease_owner"] = t.lease_owner
-                if t.lease_until is not None:
-                    changes["lease_until"] = t.lease_until
-                if t.pid is not None:
-                    changes["pid"] = t.pid
-                if changes:
-                    self._tasks[t.task_id] = (held[0], replace(held[1], **changes))
 
     # -------------------------------------------------------------- commands
     def submit_command(self, command: Command) -> None:
@@ -367,17 +343,9 @@ class InMemoryStore(TouchViaTouchMany):
             )
             self._commands[command.command_id] = (self._next(), fresh)
 
-    def claim_commands(
-        self,
-        *,
-        owner: str,
-        now: datetime,
-        lease_seconds: float,
-        limit: int = 50,
-        task_ids: frozenset[str] | None = None,
+    def _claim(
+        self, owner: str, now: datetime, until: datetime, limit: int, task_ids: Only
     ) -> list[Command]:
-        now = utc_req(now, "now")
-        until = now + timedelta(seconds=lease_seconds)
         out: list[Command] = []
         with self._lock:
             self._check_open()
@@ -400,17 +368,9 @@ class InMemoryStore(TouchViaTouchMany):
                 out.append(claimed)
         return out
 
-    def complete_command(
-        self,
-        command_id: str,
-        *,
-        now: datetime,
-        outcome: Mapping[str, Any] | None = None,
-        state: CommandState = CommandState.DONE,
+    def _complete(
+        self, command_id: str, now: datetime, outcome: Mapping[str, Any] | None, state: CommandState
     ) -> None:
-        now = utc_req(now, "now")
-        if state not in (CommandState.DONE, CommandState.REJECTED):
-            raise StoreError(f"command {command_id}: a command completes as done or rejected")
         with self._lock:
             self._check_open()
             held = self._commands.get(command_id)
@@ -478,17 +438,10 @@ class InMemoryStore(TouchViaTouchMany):
         return runs if limit is None else runs[:limit]
 
     # ------------------------------------------------------------------- ops
-    def purge(
-        self,
-        *,
-        older_than: datetime,
-        status: frozenset[TaskStatus] | None = None,
-        keep: frozenset[str] = frozenset(),
-        dry_run: bool = False,
+    def _purge(
+        self, cutoff: datetime, statuses: list[str], keep: frozenset[str], dry_run: bool
     ) -> dict[str, int]:
-        """As ``SqlStore.purge``."""
-        chosen = set(purge_statuses(status))
-        cutoff = utc_req(older_than, "older_than")
+        chosen = set(statuses)
         with self._lock:
             self._check_open()
             doomed = {
@@ -518,9 +471,7 @@ class InMemoryStore(TouchViaTouchMany):
             self._commands = {k: v for k, v in self._commands.items() if v[1].task_id not in doomed}
         return counts
 
-    def prune(self, *, keep_terminal: int) -> int:
-        if keep_terminal < 0:
-            raise ValueError(f"keep_terminal must be >= 0, got {keep_terminal}")
+    def _prune(self, keep_terminal: int) -> int:
         with self._lock:
             self._check_open()
             terminal = [r for r in self._tasks.values() if r[1].status in TERMINAL]

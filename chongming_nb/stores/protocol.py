@@ -331,8 +331,9 @@ class TaskStore(Protocol):
         pid: int | None = None,
     ) -> None:
         """Update the given fields in place; never checks or bumps ``status_version``.
-        A touch of an unknown (e.g. pruned) task is ignored."""
-        ...
+        A touch of an unknown (e.g. pruned) task is ignored. (A backend that derives
+        from ``TaskStore`` gets this one: ``touch_many`` of one touch.)"""
+        self.touch_many([Touch(task_id, progress, heartbeat_at, lease_owner, lease_until, pid)])
 
     def touch_many(self, touches: Sequence[Touch]) -> None:
         """Several touches in one transaction."""
@@ -424,34 +425,3 @@ class TaskStore(Protocol):
     def close(self) -> None:
         """Release connections. Idempotent. Using a closed store raises StoreError."""
         ...
-
-
-class TouchViaTouchMany:
-    """Mixin for backends: ``touch`` is ``touch_many`` of one (one implementation of the
-    side channel per backend, not two)."""
-
-    def touch_many(self, touches: Sequence[Touch]) -> None:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def touch(
-        self,
-        task_id: str,
-        *,
-        progress: Progress | None = None,
-        heartbeat_at: datetime | None = None,
-        lease_owner: str | None = None,
-        lease_until: datetime | None = None,
-        pid: int | None = None,
-    ) -> None:
-        self.touch_many(
-            [
-                Touch(
-                    task_id,
-                    progress=progress,
-                    heartbeat_at=heartbeat_at,
-                    lease_owner=lease_owner,
-                    lease_until=lease_until,
-                    pid=pid,
-                )
-            ]
-        )

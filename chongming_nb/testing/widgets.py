@@ -18,7 +18,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import comm
@@ -37,6 +36,7 @@ from chongming_nb.core.models import Failure, FailureKind, Progress, TaskSnapsho
 from chongming_nb.core.state_machine import CONTROL_VERBS, StateMachine
 from chongming_nb.core.states import TaskStatus
 from chongming_nb.notebook.widget import TaskTable
+from chongming_nb.stores.protocol import LogRecord
 from chongming_nb.testing.clock import FakeClock
 
 __all__ = [
@@ -48,18 +48,14 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class FakeLog:
-    at: datetime
-    stream: str
-    line: str
-    level: str | None = None
+#: A log line of ``FakeController.logs``: the store's own record.
+FakeLog = LogRecord
 
 
 @dataclass
 class _Task:
     snap: TaskSnapshot
-    logs: list[FakeLog] = field(default_factory=list)
+    logs: list[LogRecord] = field(default_factory=list)
 
 
 class FakeController:
@@ -143,7 +139,7 @@ class FakeController:
     def log_line(self, task_id: str, line: str, stream: str = "stdout") -> None:
         now = self.clock.now()
         with self._lock:
-            self._tasks[task_id].logs.append(FakeLog(now, stream, line))
+            self._tasks[task_id].logs.append(LogRecord(now, stream, line))
             self._emit(
                 TaskLogLine(event_id=self._eid(), at=now, task_id=task_id, stream=stream, line=line)
             )
@@ -256,7 +252,7 @@ class FakeController:
         with self._lock:
             return len(self._watchers)
 
-    def logs(self, task_id: str, limit: int | None = None) -> list[FakeLog]:
+    def logs(self, task_id: str, limit: int | None = None) -> list[LogRecord]:
         with self._lock:
             t = self._tasks.get(task_id)
             if t is None:

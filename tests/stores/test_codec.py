@@ -20,8 +20,18 @@ from chongming_nb.core.models import (
     Transition,
 )
 from chongming_nb.core.states import RequestedAction, TaskStatus
-from chongming_nb.stores import InMemoryStore, SqliteStore, TaskStore
+from chongming_nb.stores import InMemoryStore, SqliteStore, TaskStore, _sql
 from chongming_nb.stores import _codec as codec
+
+#: How each SQL backend keeps a time: SQLite integer microseconds, PostgreSQL the datetime.
+TIME_KINDS = {"sqlite": _sql.micros_times, "postgres": lambda: _sql.same_time}
+
+
+def _row(build: Any, columns: tuple[str, ...], record: Any, kind: str = "sqlite") -> dict[str, Any]:
+    """``record`` as the batch writer writes it (``_sql``), read back as a row dict."""
+    tx = TIME_KINDS[kind]()
+    return dict(zip(columns, build(record, tx, tx), strict=True))
+
 
 # PostgreSQL text cannot hold NUL; everything else is fair game
 text = st.text(st.characters(exclude_characters="\x00", exclude_categories=("Cs",)), max_size=40)
@@ -93,9 +103,12 @@ snapshots = st.builds(
 @settings(max_examples=300, deadline=None)
 @given(snapshots)
 def test_codec_roundtrip(s: TaskSnapshot) -> None:
-    row = codec.snapshot_to_row(s)
-    assert codec.row_to_snapshot(row) == s
-    text_row = codec.times_to_text(dict(row), codec.TASK_TIME_COLUMNS)
+    for kind in TIME_KINDS:
+        assert codec.row_to_snapshot(_row(_sql.task_row, codec.TASK_COLUMNS, s, kind)) == s
+    row = _row(_sql.task_row, codec.TASK_COLUMNS, s, "postgres")
+    text_row = {  # schema version 1 of SQLite: times as fixed-width text
+        k: codec.dt_to_text(v) if k in codec.TASK_TIME_COLUMNS else v for k, v in row.items()
+    }
     back = codec.row_to_snapshot(text_row)
     assert back == s
     for name in codec.TASK_TIME_COLUMNS:
@@ -126,7 +139,9 @@ def test_time_text_sorts_like_time(a: datetime, b: datetime) -> None:
     )
 )
 def test_transition_roundtrip(t: Transition) -> None:
-    assert codec.row_to_transition(codec.transition_to_row(t)) == t
+    for kind in TIME_KINDS:
+        row = _row(_sql.transition_row, codec.TRANSITION_COLUMNS, t, kind)
+        assert codec.row_to_transition(row) == t
 
 
 @given(
@@ -146,13 +161,14 @@ def test_transition_roundtrip(t: Transition) -> None:
     )
 )
 def test_attempt_roundtrip(a: AttemptRecord) -> None:
-    assert codec.row_to_attempt(codec.attempt_to_row(a)) == a
+    for kind in TIME_KINDS:
+        assert codec.row_to_attempt(_row(_sql.attempt_row, codec.ATTEMPT_COLUMNS, a, kind)) == a
 
 
 def test_naive_datetime_named_in_error() -> None:
     s = TaskSnapshot(task_id="x", name="n", started_at=datetime(2026, 1, 1))
     with pytest.raises(StoreError, match="task x: started_at is a naive datetime"):
-        codec.snapshot_to_row(s)
+        _row(_sql.task_row, codec.TASK_COLUMNS, s)
 
 
 def test_non_json_outcome_is_kept_as_text() -> None:
@@ -161,7 +177,7 @@ def test_non_json_outcome_is_kept_as_text() -> None:
         name="n",
         outcome={"obj": object(), "when": datetime(2026, 1, 1, tzinfo=UTC), "t": (1, 2)},
     )
-    back = codec.row_to_snapshot(codec.snapshot_to_row(s))
+    back = codec.row_to_snapshot(_row(_sql.task_row, codec.TASK_COLUMNS, s))
     assert back.outcome is not None
     assert back.outcome["obj"].startswith("<object object")
     assert back.outcome["when"] == "2026-01-01T00:00:00+00:00"
@@ -170,7 +186,7 @@ def test_non_json_outcome_is_kept_as_text() -> None:
 
 def test_nan_progress_survives() -> None:
     s = TaskSnapshot(task_id="x", name="n", progress=Progress(done=math.nan))
-    back = codec.row_to_snapshot(codec.snapshot_to_row(s))
+    back = codec.row_to_snapshot(_row(_sql.task_row, codec.TASK_COLUMNS, s))
     assert back.progress is not None and math.isnan(back.progress.done)
 
 
@@ -197,9 +213,9 @@ def test_memory_and_sqlite_are_stores(tmp_path: Any) -> None:
         store.close()
 
 
-def test_row_keys_follow_column_order() -> None:
-    row = codec.snapshot_to_row(TaskSnapshot(task_id="x", name="n"))
-    assert tuple(row) == codec.TASK_COLUMNS
+def test_row_follows_column_order() -> None:
+    row = _row(_sql.task_row, codec.TASK_COLUMNS, TaskSnapshot(task_id="x", name="n"))
+    assert (row["task_id"], row["name"], row["status"]) == ("x", "n", "pending")
 
 
 def test_batch_chain_must_link(tmp_path: Any) -> None:
