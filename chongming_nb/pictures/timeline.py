@@ -19,7 +19,7 @@ from __future__ import annotations
 import html
 import math
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -246,9 +246,12 @@ def human_seconds(seconds: float) -> str:
 
 
 def _records(frame: Any) -> list[dict[str, Any]]:
-    """Rows of a DataFrame as dicts with missing values as None (no pandas types leak)."""
+    """Rows of a DataFrame as dicts with missing values as None (no pandas types leak);
+    rows given as mappings already (a reader without pandas) are taken as they are."""
     if frame is None or len(frame) == 0:
         return []
+    if isinstance(frame, Sequence):
+        return [dict(row) for row in frame]
     cleaned = frame.astype(object).where(frame.notna(), None)
     return list(cleaned.to_dict("records"))
 
@@ -261,7 +264,8 @@ def build(
     title: str = "",
 ) -> Timeline:
     """The timeline of ``attempts`` (an ``attempts_df()`` frame) and ``transitions`` (an
-    ``events_df()`` frame of the same tasks). ``now`` ends the bars of attempts that are
+    ``events_df()`` frame of the same tasks), or of their rows as mappings with the
+    frames' column names. ``now`` ends the bars of attempts that are
     still running (default: the latest time in the frames)."""
     rows = _records(attempts)
     steps = _records(transitions)

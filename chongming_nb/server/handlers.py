@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -26,6 +26,7 @@ from chongming_nb.core.state_machine import CONTROL_VERBS
 from chongming_nb.core.states import TaskStatus
 from chongming_nb.server.contract import API_NAMESPACE, FEED_MAX_WAIT_S
 from chongming_nb.server.listing import MAX_LIMIT, BadQuery, Page, parse_listing, read_page
+from chongming_nb.server.pictures import run_graph, task_timeline
 from chongming_nb.server.serialize import (
     command_info,
     gone_retry_reason,
@@ -36,7 +37,7 @@ from chongming_nb.server.serialize import (
     task_rows,
 )
 from chongming_nb.server.state import SETTINGS_KEY, ServerState
-from chongming_nb.stores.protocol import OwnerRecord
+from chongming_nb.stores.protocol import OwnerRecord, TaskQuery
 
 #: Ids the API accepts (task, command, kernel): printable, no slashes, bounded.
 _ID = re.compile(r"^[A-Za-z0-9_.:@+-]{1,200}$")
@@ -81,6 +82,24 @@ class _Base(APIHandler):
         if not _ID.match(value):
             raise BadRequest(400, f"{what} {value[:80]!r} is not a valid id")
         return value
+
+    def _valid_id(self, value: str, what: str) -> bool:
+        """Is ``value`` a valid id? If not, the 400 answer is sent."""
+        try:
+            self._id_arg(value, what)
+        except BadRequest as err:
+            self._fail(err)
+            return False
+        return True
+
+    async def _answer(self, read: Callable[[], Any | None], missing: str) -> None:
+        """Run ``read`` on the store threads; reply with what it gives, 404 ``missing``
+        when it gives None."""
+        payload = await self.cm.run(read)
+        if payload is None:
+            self._fail(BadRequest(404, missing))
+            return
+        self._reply(payload)
 
     def _int_arg(self, name: str, default: int, lo: int, hi: int) -> int:
         raw = self.get_query_argument(name, None)
@@ -217,11 +236,54 @@ class TaskHandler(_Base):
                 events=store.events(task_id, limit=200),
             )
 
-        detail = await self.cm.run(read)
-        if detail is None:
-            self._fail(BadRequest(404, f"unknown task {task_id!r}"))
+        await self._answer(read, f"unknown task {task_id!r}")
+
+
+class TaskTimelineHandler(_Base):
+    """``GET tasks/{id}/timeline``: the task's attempts as timeline data (the mime
+    ``application/vnd.chongming.timeline+json``, one lane), for the sidebar's small
+    timeline; a running attempt's bar ends at the server's now."""
+
+    @tornado.web.authenticated
+    async def get(self, task_id: str) -> None:
+        if not self._valid_id(task_id, "task id"):
             return
-        self._reply(detail)
+
+        def read() -> dict[str, Any] | None:
+            store = self.cm.get_store()
+            snap = store.get(task_id)
+            if snap is None:
+                return None
+            return task_timeline(store, snap, now=self.cm.clock.now())
+
+        await self._answer(read, f"unknown task {task_id!r}")
+
+
+class RunGraphHandler(_Base):
+    """``GET runs/{id}/graph``: a pipeline run's graph from the store (its nodes and
+    dependency edges from the run's record, each node's status from its task) and the
+    listing rows of the tasks standing for its nodes (their ``can`` flags)."""
+
+    @tornado.web.authenticated
+    async def get(self, run_id: str) -> None:
+        if not self._valid_id(run_id, "run id"):
+            return
+        owners, sessions = await self._context()
+
+        def read() -> dict[str, Any] | None:
+            store = self.cm.get_store()
+            record = store.get_run(run_id)
+            if record is None:
+                return None
+            snaps = store.query(TaskQuery(pipeline_run_id=run_id))
+            graph = run_graph(record, snaps)
+            standing = {n["task"] for n in graph["nodes"] if n["task"]}
+            graph["tasks"] = self._rows(
+                [s for s in snaps if s.task_id in standing], owners, sessions
+            )
+            return graph
+
+        await self._answer(read, f"unknown pipeline run {run_id!r}")
 
 
 class TaskCommandsHandler(_Base):
@@ -381,6 +443,8 @@ ROUTES: tuple[tuple[str, type[_Base]], ...] = (
     (r"tasks", TasksHandler),
     (r"tasks/(?P<task_id>[^/]+)", TaskHandler),
     (r"tasks/(?P<task_id>[^/]+)/commands", TaskCommandsHandler),
+    (r"tasks/(?P<task_id>[^/]+)/timeline", TaskTimelineHandler),
+    (r"runs/(?P<run_id>[^/]+)/graph", RunGraphHandler),
     (r"commands/(?P<command_id>[^/]+)", CommandHandler),
     (r"feed", FeedHandler),
     (r"owners", OwnersHandler),

@@ -8,7 +8,7 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { ICommandPalette, Notification } from '@jupyterlab/apputils';
+import { ICommandPalette, MainAreaWidget, Notification } from '@jupyterlab/apputils';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
@@ -24,7 +24,9 @@ import { NotebookLookup, SNAPSHOT_RANK, snapshotFactory } from './snapshot';
 import { TIMELINE_MIME } from './timeline';
 import { TIMELINE_RANK, timelineFactory } from './timeline-mime';
 import { SNAPSHOT_MIME } from './contract';
+import { RunGraphPanel } from './run-graph';
 import { TasksPanel } from './sidebar';
+import { PicturesClient, TaskPictures } from './sidebar-detail';
 import { TaskStatusItem } from './statusbar';
 
 export const PLUGIN_ID = 'chongming-nb:plugin';
@@ -100,6 +102,43 @@ const plugin: JupyterFrontEndPlugin<void> = {
     if (restorer) {
       restorer.add(panel, 'chongming-tasks');
     }
+
+    // the details' small timeline of attempts, and a step's run graph in the main area
+    const pictures = new PicturesClient();
+    const graphs = new Map<string, MainAreaWidget<RunGraphPanel>>();
+    const showTask = (taskId: string) => {
+      panel.select(taskId);
+      panel.list.scrollToTask(taskId);
+      app.shell.activateById(panel.id);
+    };
+    const openRunGraph = (runId: string, taskId: string | null) => {
+      let widget = graphs.get(runId);
+      if (!widget || widget.isDisposed) {
+        const content = new RunGraphPanel({
+          runId,
+          client: pictures,
+          model,
+          onSelect: showTask,
+          onVerb: (id, verb) => void model.send(id, verb)
+        });
+        widget = new MainAreaWidget({ content });
+        widget.id = `chongming-run-graph-${runId.replace(/[^A-Za-z0-9_-]/g, '_')}`;
+        widget.title.icon = tasksIcon;
+        widget.title.closable = true;
+        graphs.set(runId, widget);
+        widget.disposed.connect(() => graphs.delete(runId));
+        app.shell.add(widget, 'main');
+        void content.load().then(() => {
+          if (taskId !== null) {
+            content.selectTask(taskId);
+          }
+        });
+      } else if (taskId !== null) {
+        widget.content.selectTask(taskId);
+      }
+      app.shell.activateById(widget.id);
+    };
+    panel.detailExtra = new TaskPictures({ client: pictures, onOpenRun: openRunGraph });
 
     // kernel id -> notebook path from JupyterLab's own session manager
     const sessions = app.serviceManager.sessions;

@@ -38,6 +38,7 @@ import {
   listedRows,
   nearEnd
 } from './sidebar-list';
+import type { DetailExtra } from './sidebar-detail';
 
 /** Status filter choices besides single statuses. */
 const STATUS_GROUPS: Record<string, { label: string; statuses: readonly string[] }> = {
@@ -185,6 +186,10 @@ export class TasksPanel extends Widget {
   get selected(): string | null {
     return this._selected;
   }
+
+  /** The details view's extra part (the plugin sets it: the attempts' small timeline and
+   * a pipeline step's run graph link, `sidebar-detail.ts`). */
+  detailExtra: DetailExtra | null = null;
 
   /**
    * Draw now (used by tests; otherwise once per animation frame). Filtering, grouping
@@ -428,6 +433,7 @@ export class TasksPanel extends Widget {
 
   private _renderDetails(): void {
     const id = this._selected;
+    this.detailExtra?.follow(id, id === null ? null : (this.model.task(id) ?? null));
     if (id === null) {
       if (this._detailsNode.childElementCount > 0) {
         this._detailsNode.replaceChildren();
@@ -456,12 +462,12 @@ export class TasksPanel extends Widget {
     }
     // the row in the model may be newer than the detail's own copy
     const detail: TaskDetail = row ? { ...this._detail, task: row } : this._detail;
-    this._detailsNode.replaceChildren(
-      renderDetails(detail, {
-        onVerb: (taskId, verb) => this._onVerb(taskId, verb),
-        onClose: () => this.select(null)
-      })
-    );
+    const box = renderDetails(detail, {
+      onVerb: (taskId, verb) => this._onVerb(taskId, verb),
+      onClose: () => this.select(null)
+    });
+    this._detailsNode.replaceChildren(box);
+    this.detailExtra?.mount(box);
     this._detailDrawn = this._detail;
   }
 

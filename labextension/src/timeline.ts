@@ -36,6 +36,24 @@ const LANE_H = 16;
 const AXIS_H = 20;
 const STRIP_H = 36;
 const MAX_LANES_H = 420; // px of lanes in view at most; more lanes scroll
+const MIN_PLOT_W = 200;
+
+/**
+ * How a view is drawn. The defaults are the notebook's timeline; the sidebar's small
+ * timeline of one task (`sidebar-detail.ts`) draws one taller lane without its label
+ * column and slots strip, in a panel 250-400 px wide.
+ */
+export interface TimelineOptions {
+  /** px of the lane names' column (0: no names: one task, named elsewhere). */
+  labelWidth?: number;
+  laneHeight?: number;
+  /** px the time axis keeps at least (a narrower view is as wide as this). */
+  minPlotWidth?: number;
+  /** Draw the "slots in use" strip underneath. */
+  strip?: boolean;
+  /** The heading's text (default: tasks, attempts, span and slots). */
+  heading?: (data: TimelineData) => string;
+}
 const POINT_MARKS = new Set(['stop', 'timeout']);
 const TONE_VARS: Record<string, [string, string]> = {
   idle: ['--jp-layout-color3', '#9aa4ad'],
@@ -79,6 +97,10 @@ function recordTimelineTime(ms: number): void {
 /** The timeline view: `el` goes into the page; `setData` draws (again). */
 export class TimelineView {
   readonly el: HTMLElement;
+  private readonly _labelW: number;
+  private readonly _laneH: number;
+  private readonly _minPlotW: number;
+  private readonly _heading: ((data: TimelineData) => string) | null;
   private readonly _scroller: HTMLElement;
   private readonly _spacer: HTMLElement;
   private readonly _canvas: HTMLCanvasElement;
@@ -92,7 +114,11 @@ export class TimelineView {
   private _frame = 0;
   private _width = 0;
 
-  constructor() {
+  constructor(options: TimelineOptions = {}) {
+    this._labelW = options.labelWidth ?? LABEL_W;
+    this._laneH = options.laneHeight ?? LANE_H;
+    this._minPlotW = options.minPlotWidth ?? MIN_PLOT_W;
+    this._heading = options.heading ?? null;
     this.el = html('div', 'cn-timeline-view');
     this._head = html('div', 'cn-timeline-head');
     this._scroller = html('div', 'cn-timeline-lanes');
@@ -102,6 +128,7 @@ export class TimelineView {
     this._scroller.append(this._canvas, this._spacer);
     this._strip = html('canvas', 'cn-timeline-strip');
     this._strip.setAttribute('aria-hidden', 'true');
+    this._strip.hidden = options.strip === false;
     this._tip = html('div', 'cn-timeline-tip');
     this._tip.hidden = true;
     this._tip.setAttribute('role', 'tooltip');
@@ -134,12 +161,14 @@ export class TimelineView {
     }
     this._laneStart = starts;
     const count = lanes.length;
-    this._head.textContent = data.lanes.length
-      ? `${data.title || 'timeline'}: ${n} task${n === 1 ? '' : 's'}, ${count} attempt${count === 1 ? '' : 's'} over ${humanSeconds(data.span)}, at most ${data.max_slots} running at once`
-      : `${data.title || 'timeline'}: no attempts yet`;
+    this._head.textContent = this._heading
+      ? this._heading(data)
+      : data.lanes.length
+        ? `${data.title || 'timeline'}: ${n} task${n === 1 ? '' : 's'}, ${count} attempt${count === 1 ? '' : 's'} over ${humanSeconds(data.span)}, at most ${data.max_slots} running at once`
+        : `${data.title || 'timeline'}: no attempts yet`;
     this._canvas.setAttribute('aria-label', this._head.textContent);
-    this._spacer.style.height = `${n * LANE_H}px`;
-    this._scroller.style.height = `${Math.min(n * LANE_H, MAX_LANES_H) + AXIS_H}px`;
+    this._spacer.style.height = `${n * this._laneH}px`;
+    this._scroller.style.height = `${Math.min(n * this._laneH, MAX_LANES_H) + AXIS_H}px`;
     this.el.dataset.attempts = String(count);
     this.el.dataset.lanes = String(n);
     this.paint();
@@ -167,7 +196,7 @@ export class TimelineView {
 
   private _x(t: number, plotW: number): number {
     const span = this._data && this._data.span > 0 ? this._data.span : 1;
-    return LABEL_W + (plotW * t) / span;
+    return this._labelW + (plotW * t) / span;
   }
 
   /** Paint the lanes in view, the axis and the slots strip. */
@@ -179,10 +208,12 @@ export class TimelineView {
     const t0 = performance.now();
     this._resolveColours();
     const dpr = window.devicePixelRatio || 1;
-    const width = Math.max(this._scroller.clientWidth || this.el.clientWidth || 800, LABEL_W + 200);
+    const labelW = this._labelW;
+    const laneH = this._laneH;
+    const width = Math.max(this._scroller.clientWidth || this.el.clientWidth || 800, labelW + this._minPlotW);
     this._width = width;
-    const plotW = width - LABEL_W - 12;
-    const viewH = Math.min(data.lanes.length * LANE_H, MAX_LANES_H) + AXIS_H;
+    const plotW = this._plotW();
+    const viewH = Math.min(data.lanes.length * laneH, MAX_LANES_H) + AXIS_H;
     const top = this._scroller.scrollTop;
     const c = this._canvas;
     c.style.width = `${width}px`;
@@ -200,17 +231,19 @@ export class TimelineView {
     g.clearRect(0, 0, width, viewH);
     g.font = '11px var(--jp-ui-font-family, sans-serif)';
     g.textBaseline = 'middle';
-    const first = Math.floor(top / LANE_H);
-    const last = Math.min(data.lanes.length, Math.ceil((top + viewH - AXIS_H) / LANE_H));
-    const y = (lane: number) => lane * LANE_H - top;
+    const first = Math.floor(top / laneH);
+    const last = Math.min(data.lanes.length, Math.ceil((top + viewH - AXIS_H) / laneH));
+    const y = (lane: number) => lane * laneH - top;
     for (let l = first; l < last; l++) {
       if (l % 2) {
         g.fillStyle = this._colours.alt;
-        g.fillRect(0, y(l), width, LANE_H);
+        g.fillRect(0, y(l), width, laneH);
       }
-      g.fillStyle = this._colours.fg;
-      const name = data.lanes[l];
-      g.fillText(name.length <= 24 ? name : `${name.slice(0, 23)}…`, 4, y(l) + LANE_H / 2, LABEL_W - 8);
+      if (labelW > 0) {
+        g.fillStyle = this._colours.fg;
+        const name = data.lanes[l];
+        g.fillText(name.length <= 24 ? name : `${name.slice(0, 23)}…`, 4, y(l) + laneH / 2, labelW - 8);
+      }
     }
     // bars, one fill style per tone (a canvas state change per bar is the slow part)
     const b = data.bars;
@@ -225,7 +258,7 @@ export class TimelineView {
         const x0 = this._x(b.start[i], plotW);
         const w = Math.max(this._x(b.end[i], plotW) - x0, 1.5);
         g.globalAlpha = b.running[i] ? 0.6 : 1;
-        g.fillRect(x0, y(b.lane[i]) + 3, w, LANE_H - 6);
+        g.fillRect(x0, y(b.lane[i]) + 3, w, laneH - 6);
       }
     }
     g.globalAlpha = 1;
@@ -239,16 +272,16 @@ export class TimelineView {
       const x0 = this._x(m.start[i], plotW);
       if (POINT_MARKS.has(m.kind[i])) {
         g.fillStyle = colour;
-        g.fillRect(x0 - 1, y(l) + 1, 2, LANE_H - 2);
+        g.fillRect(x0 - 1, y(l) + 1, 2, laneH - 2);
       } else {
         const w = Math.max(this._x(m.end[i], plotW) - x0, 1);
         g.globalAlpha = 0.35;
         g.fillStyle = colour;
-        g.fillRect(x0, y(l) + 3, w, LANE_H - 6);
+        g.fillRect(x0, y(l) + 3, w, laneH - 6);
         g.globalAlpha = 1;
         g.strokeStyle = colour;
         g.setLineDash([3, 2]);
-        g.strokeRect(x0 + 0.5, y(l) + 3.5, w - 1, LANE_H - 7);
+        g.strokeRect(x0 + 0.5, y(l) + 3.5, w - 1, laneH - 7);
         g.setLineDash([]);
       }
     }
@@ -256,14 +289,16 @@ export class TimelineView {
     const axisY = viewH - AXIS_H;
     g.clearRect(0, axisY, width, AXIS_H);
     g.fillStyle = this._colours.muted;
-    g.fillRect(LABEL_W, axisY, plotW, 1);
+    g.fillRect(labelW, axisY, plotW, 1);
     for (let k = 0; k <= 4; k++) {
       const t = (data.span * k) / 4;
       g.textAlign = k === 0 ? 'left' : k === 4 ? 'right' : 'center';
       g.fillText(t ? humanSeconds(t) : '0', this._x(t, plotW), axisY + 11);
     }
     g.textAlign = 'left';
-    this._paintStrip(width, plotW, dpr);
+    if (!this._strip.hidden) {
+      this._paintStrip(width, plotW, dpr);
+    }
     const ms = performance.now() - t0;
     this.el.dataset.renderMs = ms.toFixed(1);
     recordTimelineTime(ms);
@@ -285,7 +320,7 @@ export class TimelineView {
     g.font = '11px var(--jp-ui-font-family, sans-serif)';
     g.fillStyle = this._colours.muted;
     g.textBaseline = 'top';
-    g.fillText(`slots in use (max ${data.max_slots})`, 4, 2, LABEL_W - 8);
+    g.fillText(`slots in use (max ${data.max_slots})`, 4, 2, Math.max(this._labelW - 8, 120));
     const peak = Math.max(data.max_slots, 1);
     const h = (n: number) => STRIP_H - (STRIP_H - 4) * (n / peak);
     g.beginPath();
@@ -306,17 +341,22 @@ export class TimelineView {
     g.globalAlpha = 1;
   }
 
+  /** px of the time axis: the width but the label column and a 12 px margin. */
+  private _plotW(): number {
+    return this._width - this._labelW - 12;
+  }
+
   /** The bar under (x, y) of the lanes' scroller, or -1. */
   barAt(x: number, y: number): number {
     const data = this._data;
-    if (!data || x < LABEL_W) {
+    if (!data || x < this._labelW) {
       return -1;
     }
-    const lane = Math.floor((y + this._scroller.scrollTop) / LANE_H);
+    const lane = Math.floor((y + this._scroller.scrollTop) / this._laneH);
     if (lane < 0 || lane >= data.lanes.length) {
       return -1;
     }
-    const plotW = this._width - LABEL_W - 12;
+    const plotW = this._plotW();
     const b = data.bars;
     let best = -1;
     for (let i = this._laneStart[lane]; i < this._laneStart[lane + 1]; i++) {
@@ -361,7 +401,9 @@ export class TimelineView {
     }
     this._tip.hidden = false;
     const er = this.el.getBoundingClientRect();
-    this._tip.style.left = `${Math.min(ev.clientX - er.left + 12, er.width - 260)}px`;
+    // kept inside the view: in a narrow panel the tip is as wide as the view at most
+    const tipW = Math.min(this._tip.offsetWidth || 260, er.width);
+    this._tip.style.left = `${Math.max(0, Math.min(ev.clientX - er.left + 12, er.width - tipW))}px`;
     this._tip.style.top = `${ev.clientY - er.top + 14}px`;
   }
 }

@@ -1,3 +1,4 @@
+import { ITasksClient, TaskDetail } from '../src/api';
 import { CONTROL_VERBS, ControlVerb, ListingRow } from '../src/contract';
 import { RowContext } from '../src/row';
 
@@ -53,5 +54,20 @@ export function context(overrides: Partial<RowContext> = {}): RowContext {
     selectLabel: 'Show details of',
     why: (r, v) => (r as ListingRow).why[v],
     ...overrides
+  };
+}
+
+/** A client whose listing is `rows` (at 00:01:00 by the server's clock) and whose task
+ * details come from `detail`; every other call fails. */
+export function listingClient(rows: ListingRow[], detail?: (taskId: string) => TaskDetail): ITasksClient {
+  const unused = async (): Promise<never> => {
+    throw new Error('not used');
+  };
+  return {
+    listTasks: async () => ({ tasks: rows, counts: {}, cursor: 1, sessions: {}, now: '2026-01-01T00:01:00Z' }),
+    feed: unused,
+    task: detail ? async (taskId: string) => detail(taskId) : unused,
+    sendCommand: unused,
+    command: unused
   };
 }

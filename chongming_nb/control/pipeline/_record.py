@@ -39,6 +39,10 @@ RECORD_INTERVAL = 0.5
 
 
 def run_spec(run: RunState) -> dict[str, Any]:
+    """The RunRecord's ``spec``: the run's options and, per node, its structure (deps,
+    join, condition, compensation step, map), the task standing for it and its state,
+    so a reader of the store alone (the sidebar's run graph) can draw the run."""
+    undone = {e["node"]: ("ok" if e["ok"] else "failed") for e in run._rollback.entries}
     nodes = []
     for name, nr in run._nodes.items():
         st = run._node_status(name)
@@ -46,11 +50,16 @@ def run_spec(run: RunState) -> dict[str, Any]:
             {
                 "name": name,
                 "deps": list(nr.node.deps),
+                # how the node waits on them: what the sidebar's run graph draws
+                "join": nr.node.join.value,
+                "condition": nr.node.when is not None,
+                "compensate": nr.node.compensate is not None,
                 "map": nr.node.is_map,
                 "task_id": nr.task_id or nr.expander,
                 "status": st.value if st else None,
                 "output": str(nr.output) if nr.saved and nr.output else None,
                 "restored": nr.restored,
+                "compensation": undone.get(name),
             }
         )
     comp_nodes = sorted(
