@@ -26,6 +26,7 @@ from chongming_nb.core.events import Event, TaskStatusChanged
 from chongming_nb.core.models import AttemptRecord, TaskSnapshot, Transition
 from chongming_nb.core.states import TERMINAL, TaskStatus
 from chongming_nb.core.validation import check_int64, check_seconds
+from chongming_nb.stores.memory import matches
 from chongming_nb.stores.protocol import DROPPED_STREAM, LogRecord, TaskQuery, dropped_marker
 
 if TYPE_CHECKING:
@@ -45,8 +46,37 @@ _PAGE = 1_000
 StatusFilter = TaskStatus | str | Iterable[TaskStatus | str] | None
 
 
+class TaskLister:
+    """``list_tasks``, the task filters of the Controller (its ``Queries``), the
+    ``StoreReader`` and the widgets' ``FakeController``, stated once: each gives the
+    snapshots of its own tasks that match (``_matching``)."""
+
+    __slots__ = ()
+
+    def list_tasks(
+        self,
+        status: StatusFilter = None,
+        tag: str | None = None,
+        name_prefix: str | None = None,
+        pipeline_run_id: str | None = None,
+        limit: int | None = None,
+        ids: Iterable[str] | None = None,
+    ) -> list[TaskSnapshot]:
+        """Snapshots, newest first, filtered."""
+        statuses = status_set(status)
+        if limit is not None and (check_int64("limit", limit) < 0):
+            raise ConfigurationError(f"limit must be an int >= 0, got {limit!r}")
+        query = TaskQuery(statuses, tag, name_prefix, pipeline_run_id, limit=limit)
+        return self._matching(query, None if ids is None else list(ids))
+
+    def _matching(self, query: TaskQuery, ids: list[str] | None) -> list[TaskSnapshot]:
+        """The snapshots that match ``query`` (at most ``query.limit``), newest first;
+        only those of ``ids`` when they are given."""
+        raise NotImplementedError  # pragma: no cover - abstract
+
+
 @dataclasses.dataclass(eq=False, repr=False, slots=True)
-class Queries:
+class Queries(TaskLister):
     book: TaskBook
     attempts: Attempts
 
@@ -80,22 +110,10 @@ class Queries:
         book.bus.flush()
         return store, tid
 
-    def list_tasks(
-        self,
-        status: StatusFilter = None,
-        tag: str | None = None,
-        name_prefix: str | None = None,
-        pipeline_run_id: str | None = None,
-        limit: int | None = None,
-        ids: Iterable[str] | None = None,
-    ) -> list[TaskSnapshot]:
-        statuses = status_set(status)
-        if limit is not None and (check_int64("limit", limit) < 0):
-            raise ConfigurationError(f"limit must be an int >= 0, got {limit!r}")
+    def _matching(self, query: TaskQuery, ids: list[str] | None) -> list[TaskSnapshot]:
         self.attempts.catch_up()
         book = self.book
-        if ids is not None:
-            ids = list(ids)
+        limit = query.limit
         with book.lock:
             tasks = book.tasks
             if ids is not None:
@@ -106,13 +124,7 @@ class Queries:
             out: list[TaskSnapshot] = []
             for t in reversed(pool):
                 s = t.snap
-                if statuses is not None and s.status not in statuses:
-                    continue
-                if tag is not None and tag not in s.tags:
-                    continue
-                if name_prefix is not None and not s.name.startswith(name_prefix):
-                    continue
-                if pipeline_run_id is not None and s.pipeline_run_id != pipeline_run_id:
+                if not matches(query, s):
                     continue
                 if t.live is not None and t.exec_attempt:
                     s = s.evolve(progress=book.live_progress(t))
@@ -121,7 +133,6 @@ class Queries:
                     break
         if not gone or limit == 0:
             return out
-        query = TaskQuery(statuses, tag, name_prefix, pipeline_run_id)
         more = self._departed_snapshots(query, limit, ids)
         if not more:
             return out

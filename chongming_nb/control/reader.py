@@ -3,9 +3,10 @@ from a new one, with the same queries and DataFrame exports as the Controller.""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
+from chongming_nb.control.queries import TaskLister
 from chongming_nb.control.queries import status_set as _status_set
 from chongming_nb.core.errors import ConfigurationError, TaskNotFound
 from chongming_nb.core.models import AttemptRecord, TaskSnapshot, Transition
@@ -17,7 +18,7 @@ from chongming_nb.stores.protocol import LogRecord, TaskQuery, TaskStore
 _FILTERS = frozenset({"status", "tag", "name_prefix", "pipeline_run_id", "limit", "ids"})
 
 
-class StoreReader:
+class StoreReader(TaskLister):
     """Wraps a TaskStore. Every store method is reachable as an attribute too."""
 
     def __init__(self, store: TaskStore) -> None:
@@ -32,27 +33,9 @@ class StoreReader:
             raise TaskNotFound(task_id)
         return snap
 
-    def list_tasks(
-        self,
-        status: TaskStatus | str | Iterable[TaskStatus | str] | None = None,
-        tag: str | None = None,
-        name_prefix: str | None = None,
-        pipeline_run_id: str | None = None,
-        limit: int | None = None,
-    ) -> list[TaskSnapshot]:
-        """Snapshots from the store, newest first, filtered like ``Controller.list_tasks``."""
-        statuses = _status_set(status)
-        return list(
-            self.store.query(
-                TaskQuery(
-                    status=statuses,
-                    tag=tag,
-                    name_prefix=name_prefix,
-                    pipeline_run_id=pipeline_run_id,
-                    limit=limit,
-                )
-            )
-        )
+    def _matching(self, query: TaskQuery, ids: list[str] | None) -> list[TaskSnapshot]:
+        """The store's snapshots, filtered like ``Controller.list_tasks``."""
+        return list(self.store.query(query if ids is None else replace(query, ids=frozenset(ids))))
 
     def history(self, task_id: str) -> list[Transition]:
         return list(self.store.history(task_id))

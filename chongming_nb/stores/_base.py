@@ -448,6 +448,11 @@ class SqlStore(StoreBase):
             values = cur.fetchone()
             return None if values is None else _row(cur, values)
 
+    def _change(self, sql: str, params: Sequence[Any]) -> int:
+        """Run one writing statement in a transaction of its own; the rows it changed."""
+        with self._write() as conn:
+            return int(conn.execute(self._sql(sql), params).rowcount)
+
     def _conflict(self, conn: Conn, updates: Sequence[Sequence[Any]]) -> ConcurrencyConflict:
         """The conflict of the first update row (``(..., task_id, expect)``) that does
         not match the store; the caller holds the write lock and undid the updates."""
@@ -601,9 +606,7 @@ class SqlStore(StoreBase):
         return [codec.row_to_attempt(r) for r in rows]
 
     def clear_attempts(self, task_id: str) -> int:
-        with self._write() as conn:
-            cur = conn.execute(self._sql("DELETE FROM attempts WHERE task_id = ?"), (task_id,))
-            return int(cur.rowcount)
+        return self._change("DELETE FROM attempts WHERE task_id = ?", (task_id,))
 
     def trim_logs(self, task_id: str, max_bytes: int) -> int:
         """Keep the newest lines of ``task_id`` whose size (see ``protocol.log_size``) fits
@@ -673,14 +676,11 @@ class SqlStore(StoreBase):
             completed_at=None,
             outcome=None,
         )
-        with self._write() as conn:
-            conn.execute(
-                self._sql(
-                    f"INSERT INTO commands ({_COMMANDS}) VALUES ({_marks(codec.COMMAND_COLUMNS)}) "
-                    "ON CONFLICT (command_id) DO NOTHING"
-                ),
-                self._timed(row, _COMMAND_TIMES),
-            )
+        self._change(
+            f"INSERT INTO commands ({_COMMANDS}) VALUES ({_marks(codec.COMMAND_COLUMNS)}) "
+            "ON CONFLICT (command_id) DO NOTHING",
+            self._timed(row, _COMMAND_TIMES),
+        )
 
     def _claim(
         self, owner: str, now: datetime, until: datetime, limit: int, task_ids: Only
@@ -743,8 +743,7 @@ class SqlStore(StoreBase):
         self, table: str, cols: Sequence[str], key: str, row: dict[str, Any], times: Sequence[str]
     ) -> None:
         """Insert or replace the row keyed by ``key`` (its ``times`` as the store keeps them)."""
-        with self._write() as conn:
-            conn.execute(self._sql(upsert(table, cols, (key,))), self._timed(row, times))
+        self._change(upsert(table, cols, (key,)), self._timed(row, times))
 
     def upsert_owner(self, owner: OwnerRecord) -> None:
         row = codec.owner_to_row(owner)
@@ -862,13 +861,9 @@ class SqlStore(StoreBase):
     # ---------------------------------------------------------------- ops
     def _prune(self, keep_terminal: int) -> int:
         status_sql, params = self.dialect.in_list("status", _TERMINAL_VALUES)
-        with self._write() as conn:
-            cur = conn.execute(
-                self._sql(
-                    "DELETE FROM tasks WHERE seq IN (SELECT seq FROM tasks "
-                    f"WHERE {status_sql} {task_order('newest', self.dialect)} "
-                    f"LIMIT {self.dialect.no_limit} OFFSET ?)"
-                ),
-                [*params, keep_terminal],
-            )
-            return int(cur.rowcount)
+        return self._change(
+            "DELETE FROM tasks WHERE seq IN (SELECT seq FROM tasks "
+            f"WHERE {status_sql} {task_order('newest', self.dialect)} "
+            f"LIMIT {self.dialect.no_limit} OFFSET ?)",
+            [*params, keep_terminal],
+        )

@@ -24,6 +24,7 @@ import comm
 from comm.base_comm import BaseComm
 
 from chongming_nb.control.book import status_event as _status_event
+from chongming_nb.control.queries import TaskLister
 from chongming_nb.core.clock import Clock
 from chongming_nb.core.errors import TaskError, TaskNotFound
 from chongming_nb.core.events import (
@@ -36,7 +37,8 @@ from chongming_nb.core.models import Failure, FailureKind, Progress, TaskSnapsho
 from chongming_nb.core.state_machine import CONTROL_VERBS, StateMachine
 from chongming_nb.core.states import TaskStatus
 from chongming_nb.notebook.widget import TaskTable
-from chongming_nb.stores.protocol import LogRecord
+from chongming_nb.stores.memory import matches
+from chongming_nb.stores.protocol import LogRecord, TaskQuery
 from chongming_nb.testing.clock import FakeClock
 
 __all__ = [
@@ -58,7 +60,7 @@ class _Task:
     logs: list[LogRecord] = field(default_factory=list)
 
 
-class FakeController:
+class FakeController(TaskLister):
     """In-memory stand-in with the Controller methods the widget and magics use.
 
     Verbs go through the real core StateMachine, so ``can`` is the real rule. Events are
@@ -173,31 +175,14 @@ class FakeController:
                 raise TaskNotFound(task_id)
             return t.snap
 
-    def list_tasks(
-        self,
-        status: Any = None,
-        tag: str | None = None,
-        name_prefix: str | None = None,
-        pipeline_run_id: str | None = None,
-        limit: int | None = None,
-        ids: Any = None,
-    ) -> list[TaskSnapshot]:
+    def _matching(self, query: TaskQuery, ids: list[str] | None) -> list[TaskSnapshot]:
         with self._lock:
             snaps = [t.snap for t in self._tasks.values()]
         if ids is not None:
             wanted = set(ids)
             snaps = [s for s in snaps if s.task_id in wanted]
-        if status is not None:
-            sts = {str(status)} if isinstance(status, str) else {str(s) for s in status}
-            snaps = [s for s in snaps if s.status.value in sts]
-        if tag is not None:
-            snaps = [s for s in snaps if tag in s.tags]
-        if name_prefix is not None:
-            snaps = [s for s in snaps if s.name.startswith(name_prefix)]
-        if pipeline_run_id is not None:
-            snaps = [s for s in snaps if s.pipeline_run_id == pipeline_run_id]
-        snaps.reverse()  # newest first
-        return snaps if limit is None else snaps[:limit]
+        snaps = [s for s in reversed(snaps) if matches(query, s)]  # newest first
+        return snaps if query.limit is None else snaps[: query.limit]
 
     def can(self, task_id: str, verb: str) -> tuple[bool, str | None]:
         if verb not in CONTROL_VERBS:
