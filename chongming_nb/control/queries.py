@@ -120,7 +120,13 @@ class Queries(TaskLister):
                 pool = [tasks[i] for i in ids if i in tasks]
             else:
                 pool = list(tasks.values())
-            gone = len(book.departed) > 0 and book.store is not None
+            # (the tasks that left memory are all finished: a query of live statuses
+            # never reads the store)
+            gone = (
+                len(book.departed) > 0
+                and book.store is not None
+                and (statuses is None or not statuses.isdisjoint(TERMINAL))
+            )
             out: list[TaskSnapshot] = []
             for t in reversed(pool):
                 s = t.snap
@@ -166,18 +172,23 @@ class Queries(TaskLister):
                 return out if limit is None else out[:limit]
 
     def stats(self, **filters: Any) -> dict[str, int]:
-        if any(v is not None for v in filters.values()):
+        given = {k: v for k, v in filters.items() if v is not None}
+        if set(given) - {"status"}:
             counts = dict.fromkeys((s.value for s in TaskStatus), 0)
             for s in self.list_tasks(**filters):
                 counts[s.status.value] += 1
             return counts
-        # every task: the ones in memory and the counts of those that left it
+        # every task (of these statuses): the ones in memory and the counts of those
+        # that left it, store or not, without reading the store
+        statuses = status_set(given.get("status"))
         self.attempts.catch_up()
         book = self.book
         with book.lock:
             counts = {s.value: n for s, n in book.departed.counts.items()}
             for t in book.tasks.values():
                 counts[t.snap.status.value] += 1
+        if statuses is not None:
+            counts = {k: n if TaskStatus(k) in statuses else 0 for k, n in counts.items()}
         return counts
 
     def history(self, task_id: object) -> list[Transition]:

@@ -19,6 +19,7 @@ from chongming_nb.core.models import (
     start_text,
     start_time,
 )
+from chongming_nb.notebook.older import add_counts, hidden_text
 from chongming_nb.notebook.schema import STATUSES, VERBS
 
 #: Longest last-message / log line kept in a row (the full line stays in the log).
@@ -234,6 +235,10 @@ def summarize(rows: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     return {s: counts[s] for s in STATUSES if counts.get(s)}
 
 
+def _counts(rows: Iterable[Mapping[str, Any]], hidden: Mapping[str, int] | None) -> dict[str, int]:
+    return add_counts(summarize(rows), hidden) if hidden else summarize(rows)
+
+
 def _fmt_time(ms: float | None) -> str:
     if ms is None:
         return ""
@@ -266,12 +271,28 @@ def summary_text(summary: Mapping[str, int]) -> str:
     return f"{total} task{'s' if total != 1 else ''}" + (f": {parts}" if parts else "")
 
 
+def _older(hidden: Mapping[str, int] | None, where: str) -> str | None:
+    return hidden_text(hidden, where) if hidden else None
+
+
 def render_plain(
-    rows: Sequence[Mapping[str, Any]], *, title: str | None, at: datetime, limit: int = 20
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    title: str | None,
+    at: datetime,
+    limit: int = 20,
+    hidden: Mapping[str, int] | None = None,
+    where: str = "",
 ) -> str:
-    """A text/plain snapshot (what a terminal, or a notebook without widgets, shows)."""
+    """A text/plain snapshot (what a terminal, or a notebook without widgets, shows).
+    ``hidden``: counts per status of the table's finished tasks not among ``rows``
+    (counted in the summary, named on a line with ``where`` they are)."""
     now_ms = epoch_ms(at) or 0.0
-    lines = [f"{title or 'tasks'} — {summary_text(summarize(rows))} (as of {at:%H:%M:%S})"]
+    counts = _counts(rows, hidden)
+    lines = [f"{title or 'tasks'} — {summary_text(counts)} (as of {at:%H:%M:%S})"]
+    older = _older(hidden, where)
+    if older:
+        lines.append(f"  ({older})")
     for row in rows[:limit]:
         prog = _fmt_progress(row)
         dur = _fmt_duration(row, now_ms)
@@ -290,16 +311,21 @@ def render_html(
     at: datetime,
     tracebacks: Mapping[str, str] | None = None,
     limit: int = 200,
+    hidden: Mapping[str, int] | None = None,
+    where: str = "",
 ) -> str:
     """A static, escaped html table: shown by nbconvert, GitHub, or when the widget cannot
-    render. Every user string goes through ``html.escape``; no scripts, no inline events."""
+    render. Every user string goes through ``html.escape``; no scripts, no inline events.
+    ``hidden`` and ``where``: as for :func:`render_plain`."""
     e = html.escape
     now_ms = epoch_ms(at) or 0.0
     tbs = tracebacks or {}
+    older = _older(hidden, where)
     out = [
         '<div class="cn-snapshot">',
-        f"<p><strong>{e(title or 'tasks')}</strong> — {e(summary_text(summarize(rows)))}"
+        f"<p><strong>{e(title or 'tasks')}</strong> — {e(summary_text(_counts(rows, hidden)))}"
         f" <em>(snapshot as of {e(at.strftime('%H:%M:%S'))})</em></p>",
+        *([f'<p class="cn-older">{e(older)}</p>'] if older else []),
         "<table>",
         "<thead><tr><th>name</th><th>status</th><th>progress</th><th>attempt</th>"
         "<th>started</th><th>duration</th><th>message</th></tr></thead>",

@@ -35,6 +35,16 @@ from chongming_nb.core.errors import TaskNotFound
 from chongming_nb.core.models import TaskSnapshot
 from chongming_nb.notebook import schema as S
 from chongming_nb.notebook._subshell import route_to_sender
+from chongming_nb.notebook.older import (
+    Older,
+    add_counts,
+    ctl_now,
+    departed_status,
+    initial_snapshots,
+    kept_finished,
+    status_matches,
+    where_hint,
+)
 from chongming_nb.notebook.rows import (
     RateTracker,
     build_row,
@@ -245,19 +255,17 @@ _PINGER = _Pinger()
 # --------------------------------------------------------------------------- the widget
 
 
-def _matches(snap: TaskSnapshot, query: Mapping[str, Any]) -> bool:
-    """Does a task created after the table opened belong to it?"""
+def _matches(snap: TaskSnapshot, query: Mapping[str, Any], *, status: bool = True) -> bool:
+    """Does a task created after the table opened belong to it? (``status=False``: but
+    for its status, which changes.)"""
     ids = query.get("ids")
     if ids is not None and snap.task_id not in ids:
         return False
     run = query.get("pipeline_run_id")
     if run is not None and snap.pipeline_run_id != run:
         return False
-    status = query.get("status")
-    if status is not None:
-        wanted = {str(status)} if isinstance(status, str) else {str(s) for s in status}
-        if snap.status.value not in wanted:
-            return False
+    if status and not status_matches(snap.status.value, query):
+        return False
     tag = query.get("tag")
     if tag is not None and tag not in snap.tags:
         return False
@@ -286,6 +294,10 @@ class TaskTable(anywidget.AnyWidget):
     rows_at = traitlets.Float(0.0).tag(sync=True)  # epoch ms of the state in ``rows``
     #: the controller's concurrency limit (tasks running at once), shown in the summary
     max_parallel = traitlets.Int(None, allow_none=True).tag(sync=True)
+    #: the finished tasks of the table not shown (older than the newest it keeps), per
+    #: status, and where they are (see older.py); patches and "full" carry it too
+    hidden = traitlets.Dict().tag(sync=True)
+    hidden_where = traitlets.Unicode("").tag(sync=True)
 
     def __init__(
         self,
@@ -361,14 +373,31 @@ class TaskTable(anywidget.AnyWidget):
         self._cpu_time: Callable[[], float] = time.thread_time
         self.title_text = title or ""
 
+        # finished rows past the newest kept leave the table, counted (see older.py)
+        self._older = Older(None)
+        # tasks created after the table opened that have not joined it yet: one that left
+        # memory before its first flush is counted (the open-time counts do not hold it)
+        self._joining: set[str] = set()
+        self._opened_at = ctl_now(ctl)
         # subscribe first so nothing between the initial load and the watch is lost
         self._unsubscribe = ctl.watch(self._on_event)
-        snaps = ctl.list_tasks(**self._list_query(query, limit))
+        # an open-ended table shows the live tasks and the newest finished ones, as many
+        # as the controller keeps in memory, and counts the older ones (see older.py)
+        keep = kept_finished(ctl) if self._ids_fixed is None and limit is None else None
+        hidden: dict[str, int] = {}
+        if keep is None:
+            snaps = ctl.list_tasks(**self._list_query(query, limit))
+        else:
+            snaps, hidden = initial_snapshots(ctl, query, keep)
         if self._ids_fixed is not None:  # keep the caller's order
             order = {tid: i for i, tid in enumerate(query["ids"])}
             snaps.sort(key=lambda s: order.get(s.task_id, len(order)))
         for snap in snaps:
             self._rows[snap.task_id] = self._row_for(snap)
+        self._older = Older(keep, hidden)
+        self._older.start(self._rows.values())
+        for tid in self._older.overflow(self._rows):
+            del self._rows[tid]
         initial = [dict(r) for r in self._rows.values()]
         # the initial rows go out with the model: the next full-state refresh is one
         # full interval away
@@ -381,6 +410,8 @@ class TaskTable(anywidget.AnyWidget):
             rows=initial,
             rows_seq=0,
             rows_at=epoch_ms(self._clock.now()) or 0.0,
+            hidden=dict(self._older.hidden),
+            hidden_where=where_hint(ctl),
         )
         self.on_msg(self._on_custom_msg)
         # clicks are handled on the subshell the front end sends them on, also while a
@@ -465,6 +496,8 @@ class TaskTable(anywidget.AnyWidget):
                     # tasks not shown are noise
                     if etype != "TaskCreated" and self._ids_fixed is None:
                         return
+                    if self._ids_fixed is None and not self._joins(event):
+                        return
                 if etype == "TaskLogLine":
                     line = getattr(event, "line", None)
                     if isinstance(line, str) and line.strip():
@@ -474,6 +507,18 @@ class TaskTable(anywidget.AnyWidget):
                 self._request_flush()
         except Exception:
             log.exception("TaskTable could not take an event")
+
+    def _joins(self, event: Any) -> bool:
+        """Under the lock: may the task a TaskCreated names join this open-ended table?
+        (Remembered in ``_joining`` when the table counts its finished tasks.)"""
+        snap = getattr(event, "snapshot", None)
+        if not isinstance(snap, TaskSnapshot):
+            return True
+        if not _matches(snap, self._query, status=False):
+            return False
+        if self._older.keep is not None and (snap.created_at or self._opened_at) >= self._opened_at:
+            self._joining.add(snap.task_id)
+        return True
 
     def _request_flush(self) -> None:
         """Ask the flush thread for a flush (at the rate limit). Called after marking a
@@ -559,12 +604,16 @@ class TaskTable(anywidget.AnyWidget):
         remove: list[str] = []
         recount = False
         settled = False  # a row finished, paused or resumed: the saved output follows
+        joining = self._joining
+        vanished: list[str] = []  # joining, but gone from memory before it was shown
         for tid in order:
             snap = snaps.get(tid)
             prev = rows.get(tid)
             if snap is None:
                 if prev is not None:
                     remove.append(tid)
+                elif tid in joining:
+                    vanished.append(tid)
                 continue
             if prev is None:
                 if not _matches(snap, self._query):
@@ -592,12 +641,32 @@ class TaskTable(anywidget.AnyWidget):
                     )
             delta["id"] = tid
             update.append(delta)
-        if not changed and not patched and not remove:
+        left = [
+            (tid, st)
+            for tid in vanished
+            if (st := departed_status(self._ctl, tid)) and status_matches(st, self._query)
+        ]
+        if joining:
+            with self._lock:
+                joining.difference_update(order)
+        if not changed and not patched and not remove and not left:
             return False
+        older = self._older
+        hidden_changed = False
         with self._lock:
+            for tid, st in left:
+                hidden_changed = older.gone(tid, st) or hidden_changed
             rows.update(changed)
             for row, delta in patched:
                 row.update(delta)
+            for tid, row in changed.items():
+                older.seen(tid, row["status"])
+            for tid in remove:  # (a finished task that left memory without a store)
+                hidden_changed = older.gone(tid, str(rows[tid]["status"])) or hidden_changed
+            dropped = older.overflow(rows)  # finished rows past the newest kept
+            if dropped:
+                remove.extend(dropped)
+                hidden_changed = True
             for tid in remove:
                 del rows[tid]
                 keys.pop(tid, None)
@@ -608,8 +677,9 @@ class TaskTable(anywidget.AnyWidget):
             if settled and self._display_ids:
                 self._snapshot_urgent = True
             if recount or upsert or remove or self._summary is None:
-                self._summary = summarize(rows.values())
+                self._summary = add_counts(summarize(rows.values()), older.hidden)
             summary = dict(self._summary)
+            hidden = dict(older.hidden) if hidden_changed else None
             base = self._seq
             self._seq += 1
             seq = self._seq
@@ -623,6 +693,8 @@ class TaskTable(anywidget.AnyWidget):
             "summary": summary,
             "at": epoch_ms(self._clock.now()),
         }
+        if hidden is not None:
+            msg["hidden"] = hidden
         if self._snapshot_urgent and self._clock.monotonic() >= self._next_snapshot:
             # before the patch, on the same channel: a view that shows the row finished
             # has its saved output rewritten already (a save right after the stop holds it)
@@ -644,11 +716,14 @@ class TaskTable(anywidget.AnyWidget):
         with self._lock:
             rows = [dict(r) for r in self._rows.values()]
             seq = self._seq
+            hidden = dict(self._older.hidden)
         with self._send_lock:
             if self._closed:
                 return
             with self.hold_sync():
                 self.rows = rows
+                if hidden != self.hidden:
+                    self.hidden = hidden
                 self.rows_seq = seq
                 self.rows_at = epoch_ms(self._clock.now()) or 0.0
         self._full_seq = seq
@@ -664,8 +739,11 @@ class TaskTable(anywidget.AnyWidget):
         for the JupyterLab extension when the widget's model is gone)."""
         if rows is None:
             rows = self.current_rows()
+        with self._lock:
+            hidden = dict(self._older.hidden)
         at = self._clock.now()
         title = self.title_text or None
+        older = {"hidden": hidden, "where": self.hidden_where}
         tracebacks: dict[str, str] = {}
         for row in rows[:SNAPSHOT_ROWS]:
             if row.get("has_tb") and len(tracebacks) < 50:
@@ -674,9 +752,9 @@ class TaskTable(anywidget.AnyWidget):
                     if failure is not None and failure.traceback:
                         tracebacks[str(row["id"])] = failure.traceback
         data: dict[str, Any] = {
-            "text/plain": render_plain(rows, title=title, at=at),
+            "text/plain": render_plain(rows, title=title, at=at, **older),
             "text/html": render_html(
-                rows, title=title, at=at, tracebacks=tracebacks, limit=SNAPSHOT_ROWS
+                rows, title=title, at=at, tracebacks=tracebacks, limit=SNAPSHOT_ROWS, **older
             ),
             SNAPSHOT_MIME: {
                 "version": S.SCHEMA_VERSION,
@@ -684,8 +762,8 @@ class TaskTable(anywidget.AnyWidget):
                 "title": self.title_text,
                 "model_id": self.model_id,
                 "rows": rows[:SNAPSHOT_ROWS],
-                "total_rows": len(rows),
-                "summary": summarize(rows),
+                "total_rows": len(rows) + sum(hidden.values()),
+                "summary": add_counts(summarize(rows), hidden),
                 "at": epoch_ms(at),
             },
         }
@@ -753,6 +831,8 @@ class TaskTable(anywidget.AnyWidget):
                 state["rows"] = [dict(r) for r in self._rows.values()]
                 if "rows_seq" in state or key is None:
                     state["rows_seq"] = self._seq
+                if "hidden" in state:
+                    state["hidden"] = dict(self._older.hidden)
         return state
 
     def _send_custom(self, msg: dict[str, Any]) -> None:
@@ -873,11 +953,13 @@ class TaskTable(anywidget.AnyWidget):
     def _send_full(self) -> None:
         with self._lock:
             rows = [dict(r) for r in self._rows.values()]
+            hidden = dict(self._older.hidden)
             msg = {
                 "type": "full",
                 "seq": self._seq,
                 "rows": rows,
-                "summary": summarize(rows),
+                "summary": add_counts(summarize(rows), hidden),
+                "hidden": hidden,
                 "at": epoch_ms(self._clock.now()),
             }
         self._send_custom(msg)

@@ -160,3 +160,25 @@ export function formatTimes(elapsed: number | null, remaining: number | null, op
 export function actorPhrase(source: ActorSource | null | undefined): string {
   return source ? (ACTOR_SOURCE_LABELS[source] ?? `by ${source}`) : '';
 }
+
+/** A count with thousands separators: `10,000`. */
+export function groupDigits(n: number): string {
+  return String(Math.trunc(n)).replace(/\B(?=(\d{3})+(?!\d))/g, ',');
+}
+
+/**
+ * The line under a board's summary when it does not show every finished task (it keeps
+ * the newest, as many as its kernel keeps in memory; the kernel counts the older ones per
+ * status in `hidden`): `10,000 older finished tasks not shown — <where>`; '' when none.
+ * The kernel's saved snapshot says the same (`chongming_nb/notebook/older.py`).
+ */
+export function olderText(hidden: Record<string, number> | null | undefined, where: string): string {
+  let n = 0;
+  for (const v of Object.values(hidden || {})) {
+    n += Number.isFinite(v) ? v : 0;
+  }
+  if (!n) {
+    return '';
+  }
+  return `${groupDigits(n)} older finished task${n === 1 ? '' : 's'} not shown${where ? ` — ${where}` : ''}`;
+}

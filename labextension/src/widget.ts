@@ -19,7 +19,7 @@ import {
   VERB_TIPS,
   isTerminal
 } from './contract';
-import { formatClock } from './format';
+import { formatClock, olderText } from './format';
 import { mountRunGraph } from './graph';
 import {
   RowContext,
@@ -163,7 +163,11 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
   }
   const bulkNoteEl = h('span', 'cn-bulk-note');
   bulkNoteEl.setAttribute('role', 'status');
-  head.append(titleEl, summaryEl, bulkBox, bulkNoteEl);
+  // the finished tasks the board does not show (older than the newest it keeps): their
+  // counts per status come from the kernel, in the `hidden` trait and in patches
+  const olderEl = h('span', 'cn-older');
+  head.append(titleEl, summaryEl, olderEl, bulkBox, bulkNoteEl);
+  let hidden: Record<string, number> = model.get('hidden') || {};
 
   const toolbar = h('div', 'cn-toolbar');
   const filterSel = h('select', 'cn-filter');
@@ -352,6 +356,11 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
     scheduleRender();
   }
 
+  function onHidden(): void {
+    hidden = model.get('hidden') || {};
+    scheduleRender();
+  }
+
   function onTrait(): void {
     const s = model.get('rows_seq');
     if (typeof s === 'number' && s > seq) {
@@ -415,6 +424,9 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
       if (msg.at) {
         lastUpdateAt = msg.at;
       }
+      if (msg.hidden && typeof msg.hidden === 'object') {
+        hidden = msg.hidden;
+      }
       if ((msg.upsert || []).length || (msg.remove || []).length) {
         viewDirty = true;
       }
@@ -422,6 +434,9 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
     } else if (msg.type === 'full') {
       syncPending = false;
       if (msg.seq >= seq) {
+        if (msg.hidden && typeof msg.hidden === 'object') {
+          hidden = msg.hidden;
+        }
         replaceAll(msg.rows, msg.seq, msg.at);
       }
     } else if (msg.type === 'ack') {
@@ -742,6 +757,13 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
     for (const r of rows.values()) {
       counts.set(r.status, (counts.get(r.status) || 0) + 1);
     }
+    let total = rows.size;
+    for (const [s, n] of Object.entries(hidden)) {
+      if (Number.isFinite(n) && n > 0) {
+        counts.set(s, (counts.get(s) || 0) + n);
+        total += n;
+      }
+    }
     const parts: string[] = [];
     const limit = model.get('max_parallel');
     for (const s of TASK_STATUSES) {
@@ -756,7 +778,12 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
       parts.push(`at most ${limit} at once`);
     }
     const shown = view.length !== rows.size ? ` (showing ${view.length})` : '';
-    summaryEl.textContent = `${rows.size} task${rows.size === 1 ? '' : 's'}${parts.length ? `: ${parts.join(', ')}` : ''}${shown}`;
+    summaryEl.textContent = `${total} task${total === 1 ? '' : 's'}${parts.length ? `: ${parts.join(', ')}` : ''}${shown}`;
+    const older = olderText(hidden, model.get('hidden_where') || '');
+    if (olderEl.textContent !== older) {
+      olderEl.textContent = older;
+    }
+    olderEl.hidden = !older;
     for (const [verb, b] of bulkBtns) {
       let n = 0;
       for (const r of rows.values()) {
@@ -917,6 +944,7 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
   model.on('msg:custom', onCustom);
   model.on('change:rows_seq', onTrait);
   model.on('change:rows', onTrait);
+  model.on('change:hidden', onHidden);
   const ticker = setInterval(() => {
     if (!silent && Date.now() - lastHeard > 3 * pingMs) {
       silent = true;
@@ -942,6 +970,7 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
     model.off('msg:custom', onCustom);
     model.off('change:rows_seq', onTrait);
     model.off('change:rows', onTrait);
+    model.off('change:hidden', onHidden);
     model.off('comm_live_update', onLive);
     model.off('comm:close', onClose);
     unwatchKernel();

@@ -74,6 +74,28 @@ def test_save_shut_down_reopen_shows_final_states_and_html_says_succeeded(
         timeout=30_000,
     )
     stop.click()
+    # last session's user pass: saved a second after the stop, the output said "running
+    # 0%". The kernel rewrites the saved output before the patch that shows the stop: once
+    # the live row says stopped, the output model (what a save writes) says it already
+    nb.page.wait_for_function(
+        """() => {
+            const c = document.querySelectorAll('.jp-Notebook .jp-Cell')[1];
+            const s = c.querySelector('.cn-item .cm-Row-status');
+            return !!s && s.textContent.trim() === 'stopped';
+        }""",
+        timeout=30_000,
+    )
+    assert saved_statuses(nb, 1) == ["stopped"]
+    nb.page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+    nb.page.wait_for_function(
+        "() => !window.jupyterapp.shell.currentWidget.context.model.dirty", timeout=30_000
+    )
+    on_disk = json.loads((jupyter_lab.root / "saved.ipynb").read_text())
+    assert [
+        r["status"]
+        for o in on_disk["cells"][1]["outputs"]
+        for r in o.get("data", {}).get("application/vnd.chongming.tasks+json", {}).get("rows", [])
+    ] == ["stopped"]
     nb.run(2)
     assert "FINAL succeeded" in nb.wait_output(2, "FINAL")
     # the kernel rewrote both outputs with their final rows
