@@ -125,7 +125,7 @@ class Queries(TaskLister):
             gone = (
                 len(book.departed) > 0
                 and book.store is not None
-                and (statuses is None or not statuses.isdisjoint(TERMINAL))
+                and (query.status is None or not query.status.isdisjoint(TERMINAL))
             )
             out: list[TaskSnapshot] = []
             for t in reversed(pool):
