@@ -81,8 +81,8 @@ class Reporter:
         self.task = task
         self.attempt = attempt
 
-    def started(self, pid: int | None = None) -> None:
-        self.room.on_started(self.task, self.attempt, pid)
+    def started(self, pid: int | None = None) -> str | None:
+        return self.room.on_started(self.task, self.attempt, pid)
 
     def progress(
         self, done: float | None, total: float | None, unit: str | None, message: str | None
@@ -164,7 +164,12 @@ class Attempts:
 
     # ------------------------------------------------ reports (task threads)
 
-    def on_started(self, t: TaskEntry, attempt: int, pid: int | None) -> None:
+    def on_started(self, t: TaskEntry, attempt: int, pid: int | None) -> str | None:
+        """A task thread: its attempt began. Returns why it must stop at once when the
+        store settled the task while it was being launched (``Launcher._fenced``)."""
+        if t.fenced_launch == attempt:  # (lock-free: set before the attempt began)
+            failure = t.snap.failure
+            return failure.message if failure else "settled by the store"
         book = self.book
         lock = book.lock
         if pid is None and not lock.acquire(blocking=False):
@@ -173,7 +178,7 @@ class Attempts:
             # the next critical section that settles pending starts: the attempt's own
             # end, the next scheduling pass, a read, or the dispatcher's tick (<= 50 ms).
             self.pending_starts.append((t, attempt, book.clock.now(), book.clock.monotonic()))
-            return
+            return None
         if pid is not None:
             lock.acquire()
         try:
@@ -183,6 +188,7 @@ class Attempts:
             book.flush_outbox()  # same critical section: one lock round-trip
         finally:
             lock.release()
+        return None
 
     def on_progress_event(self, t: TaskEntry) -> None:
         book = self.book
@@ -224,13 +230,23 @@ class Attempts:
         book = self.book
         reason = plan.snapshot.failure.message if plan.snapshot.failure else "settled"
         h = t.handle
-        if t.exec_attempt:  # an execution is live (or being launched): abandon it
+        attempt = t.exec_attempt
+        if attempt and h is None and t.held_launch == attempt:
+            # its launch waited for the store, which settled the task first: the work
+            # never began (the attempt's record says so; nothing is abandoned)
+            t.held_launch = 0
+            self.end_execution(t)
+            kind = plan.snapshot.failure.kind if plan.snapshot.failure else FailureKind.CANCELLED
+            book.end_attempt(t, plan.snapshot.status, Failure(kind, f"never launched: {reason}"))
+        elif attempt:  # an execution is live (or being launched): abandon it
             if h is not None:
                 try:
                     h.request_stop(reason)
                 except Exception:
                     log.exception("asking the execution of %s to stop failed", t.snap.task_id)
                 t.abandoned = h
+            else:  # inside the executor's launch: told to stop when it returns
+                t.fenced_launch = attempt
             self.end_execution(t)
             book.end_attempt(t, plan.snapshot.status, plan.snapshot.failure, abandoned=True)
         elif t.attempts and book.store is not None:

@@ -134,6 +134,12 @@ class TaskEntry:
     stop_failure: Failure | None = None  # a cancel's failure; None for a stop (no failure)
     upstream: dict[str, Any] | None = None
     node: str | None = None
+    #: the attempt whose launch waits for the store to take its STARTING (the owner's
+    #: standing was in doubt: ``Launcher.launch_held``); 0 = none
+    held_launch: int = 0
+    #: the attempt the store settled while the executor was launching it (no handle
+    #: yet): told to stop as soon as the launch returns; 0 = none
+    fenced_launch: int = 0
 
 
 class TaskBook:

@@ -125,7 +125,7 @@ class Controller:
         self._attempts = attempts = Attempts(book, admission, deps, timers, rng or random.Random())
         root = Path(artifacts_root) if artifacts_root is not None else None
         self._launcher = launcher = Launcher(
-            book, admission, deps, attempts, timers, executor, root
+            book, admission, deps, attempts, timers, executor, root, leases
         )
         self._intake = Intake(book, admission, deps, launcher, owner)
         self.registry: TaskRegistry = self._intake.registry

@@ -95,6 +95,11 @@ class Dispatcher:
                 log.exception("dispatching failed")
             if self.store_tick is not None:
                 self.store_tick(clock.monotonic())
+            if self.launcher.held:
+                try:
+                    self.launcher.launch_held()
+                except Exception:
+                    log.exception("launching held tasks failed")
 
     def _sample_heartbeats(self, now: float) -> None:
         # only tasks with a live execution: the cost must not grow with history
@@ -168,6 +173,22 @@ class Dispatcher:
         book = self.book
         sm = book.sm
         h = t.handle
+        if h is None and t.held_launch and t.held_launch == t.exec_attempt:
+            # its launch was waiting for the store: the work never began
+            t.held_launch = 0
+            self.attempts.end_execution(t)
+            if t.snap.status is S.STOPPING:
+                book.end_attempt(t, S.STOPPED, t.stop_failure)
+                book.apply(
+                    t, sm.confirm_stopped, failure=t.stop_failure, reason="stopped before launch"
+                )
+            else:  # a start timeout
+                kind = t.timeout_kind or FailureKind.CANCELLED
+                exc = timeout_error(t.spec.timeout, kind)
+                why = f"{exc}; never launched: the store had not taken its start"
+                self.attempts.fail(t, Failure(kind, why, retryable=t.spec.retry.is_retryable(exc)))
+            self.deps.after_status(t)
+            return
         verdict = "abandoned" if h is None else h.on_stop_timeout()
         if verdict == "gone":
             return  # its finished() report is on the way

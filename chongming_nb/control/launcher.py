@@ -10,9 +10,11 @@ pass instead).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 from datetime import timedelta
 from pathlib import Path
+from typing import Protocol
 
 from chongming_nb.control.admission import Admission
 from chongming_nb.control.attempts import Attempts, Launch
@@ -23,14 +25,30 @@ from chongming_nb.control.timers import TimerQueue
 from chongming_nb.core.errors import ConfigurationError
 from chongming_nb.core.events import AttemptStarted
 from chongming_nb.core.models import AttemptRecord, Failure, FailureKind
-from chongming_nb.core.states import TaskStatus
-from chongming_nb.runtime.executors import ExecutionRequest, Executor, make_executor
+from chongming_nb.core.states import TERMINAL, TaskStatus
+from chongming_nb.runtime.executors import (
+    ExecutionHandle,
+    ExecutionRequest,
+    Executor,
+    make_executor,
+)
 from chongming_nb.runtime.heartbeat import Heartbeat
 
 S = TaskStatus
 
 #: The states of a launched attempt in which no request awaits delivery to its handle.
 _LAUNCHED_QUIETLY = frozenset({TaskStatus.STARTING, TaskStatus.RUNNING})
+
+log = logging.getLogger("chongming_nb.controller")
+
+
+class Standing(Protocol):
+    """The owner's standing in its store (``lifecycle.OwnerLeases``)."""
+
+    def in_doubt(self, mono: float) -> bool:
+        """Might a reconciler elsewhere have settled this owner's tasks by ``mono``
+        (its heartbeat or its leases are not known to be valid then)?"""
+        ...
 
 
 @dataclasses.dataclass(eq=False, repr=False, slots=True)
@@ -46,6 +64,11 @@ class Launcher:
     executors: dict[str, Executor] = dataclasses.field(init=False, default_factory=dict)
     _default_pair: tuple[str, Executor] | None = dataclasses.field(init=False, default=None)
     _pumping: threading.local = dataclasses.field(init=False, default_factory=threading.local)
+    #: the owner's standing in the store (None without a store)
+    standing: Standing | None = None
+    #: launches waiting for the store to take their STARTING: task id -> (launch, the
+    #: STARTING version); under the book's lock
+    held: dict[str, tuple[Launch, int]] = dataclasses.field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.attempts.pump = self
@@ -180,6 +203,7 @@ class Launcher:
         t.timeout_kind = None
         t.stop_reason = None
         t.stop_failure = None
+        t.held_launch = t.fenced_launch = 0
         mono = book.clock.monotonic()
         t.starting_since = mono
         t.started_mono = None
@@ -216,7 +240,85 @@ class Launcher:
         return Launch(t, ex, req, self.attempts.reporter(t, attempt))
 
     def _launch(self, launch: Launch) -> bool:
-        """False when the launch failed (its slot is free again)."""
+        """False when the launch failed (its slot is free again).
+
+        When the owner's standing in the store is in doubt (``Standing.in_doubt``: a
+        reconciler elsewhere may have settled the task since it was queued), the
+        work does not begin until the store has taken its STARTING — the write that
+        fences it: held here, launched by ``launch_held``, or never when the store
+        refuses it (the task converges to the store's state)."""
+        t = launch.task
+        standing = self.standing
+        if (
+            standing is not None
+            and t.starting_since is not None
+            and standing.in_doubt(t.starting_since)
+            and self._hold(launch)
+        ):
+            return True
+        return self._go(launch)
+
+    def _hold(self, launch: Launch) -> bool:
+        """Hold a launch until the store has its STARTING (False: launch it now)."""
+        t, _, req, _ = launch
+        with self.book.lock:
+            if t.exec_attempt != req.attempt or t.snap.status is not S.STARTING:
+                return False
+            t.held_launch = req.attempt
+            self.held[t.snap.task_id] = (launch, t.snap.status_version)
+        return True
+
+    def launch_held(self) -> bool:
+        """Launch the held launches whose STARTING the store has (dispatcher thread,
+        ``flush``); the ones the store settled first are left to converge, the ones
+        stopped meanwhile are STOPPED at once (their work never began). True when
+        something was recorded."""
+        book = self.book
+        store = book.store
+        if not self.held or store is None:
+            return False
+        wrote = False
+        with book.lock:
+            for tid, (launch, _) in list(self.held.items()):
+                t, attempt = launch.task, launch.request.attempt
+                if t.exec_attempt != attempt or t.held_launch != attempt:
+                    del self.held[tid]  # settled meanwhile (adopted, failed)
+                elif t.snap.status is S.STOPPING:  # stopped while it waited
+                    del self.held[tid]
+                    t.held_launch = 0
+                    self.attempts.end_execution(t)
+                    book.end_attempt(t, S.STOPPED, t.stop_failure)
+                    book.apply(
+                        t,
+                        book.sm.confirm_stopped,
+                        failure=t.stop_failure,
+                        reason="stopped before launch",
+                    )
+                    self.deps.after_status(t)
+                    wrote = True
+            waiting = list(self.held.items())
+            book.flush_outbox()
+        for tid, (launch, version) in waiting:
+            t, attempt = launch.task, launch.request.attempt
+            try:
+                snap = store.get(tid)
+            except Exception as exc:  # unreadable now: next time
+                log.warning("reading task %s back before its launch failed: %s", tid, exc)
+                continue
+            if snap is None or snap.status_version < version or snap.status in TERMINAL:
+                continue  # not written yet; or settled first: converging adopts it
+            with book.lock:
+                if self.held.get(tid, (None, 0))[0] is not launch:
+                    continue
+                if t.exec_attempt != attempt or t.held_launch != attempt:
+                    del self.held[tid]
+                    continue
+                del self.held[tid]
+                t.held_launch = 0
+            self._go(launch)  # (a stop meanwhile is delivered once the handle exists)
+        return wrote
+
+    def _go(self, launch: Launch) -> bool:
         t, ex, req, rep = launch
         book = self.book
         try:
@@ -243,7 +345,10 @@ class Launcher:
                 raise
             return False
         if t.exec_attempt != req.attempt:
-            return True  # finished (inline) or settled before launch returned
+            # finished (inline), or settled before launch returned
+            if t.fenced_launch == req.attempt:
+                self._fenced(t, req.attempt, handle)
+            return True
         # Publish the handle without the lock, then look: whoever changes the task
         # under the lock (a stop, a pause, a timeout, the end of the attempt) stores
         # first and then reads t.handle, and this thread stores t.handle first and then
@@ -266,6 +371,8 @@ class Launcher:
                     t.handle = None
                 if t.hb is hb:
                     t.hb = None
+                if t.fenced_launch == req.attempt:
+                    self._fenced(t, req.attempt, handle)
                 return True
             st = t.snap.status
             if st is S.STOPPING:
@@ -275,6 +382,24 @@ class Launcher:
             elif t.timeout_kind is not None:
                 handle.request_stop(t.timeout_kind.value)
         return True
+
+    def _fenced(self, t: TaskEntry, attempt: int, handle: ExecutionHandle) -> None:
+        """The store settled the task while its execution was being launched (memory
+        adopted that): the execution is told to stop — at its first checkpoint — and
+        abandoned; the store's state stands."""
+        book = self.book
+        with book.lock:
+            if t.fenced_launch != attempt:
+                return
+            t.abandoned = handle
+            failure = t.snap.failure
+        try:
+            handle.request_stop(failure.message if failure else "settled by the store")
+        except Exception:
+            log.exception("asking the execution of %s to stop failed", t.snap.task_id)
+        with book.lock:  # (cleared after the stop: the attempt's start reads it too)
+            if t.fenced_launch == attempt:
+                t.fenced_launch = 0
 
     def deliver_pause(self, t: TaskEntry) -> None:
         """Under the lock: hand a PAUSING task's pause request to its execution (or

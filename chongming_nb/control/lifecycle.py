@@ -122,6 +122,12 @@ class OwnerLeases:
         self._next_owner_beat = 0.0
         self._next_renew = 0.0
         self._started_at = link.book.clock.now()
+        # (monotonic) the last heartbeat the store took, the last lease renewal: a
+        # reconciler elsewhere may settle this owner's tasks one lease after the
+        # older of the two (``in_doubt``)
+        start = link.book.clock.monotonic()
+        self._beat_ok = start
+        self._renewed = start
 
     def safe_tick(self, mono: float) -> None:
         """Dispatcher thread, every tick: ``tick``, a failure counted and logged."""
@@ -144,11 +150,27 @@ class OwnerLeases:
             self.renew_leases()
         link.settle(mono)
 
+    def in_doubt(self, mono: float) -> bool:
+        """Might this owner's tasks have been settled by a reconciler elsewhere by
+        ``mono``? True once more than a lease has passed since the last heartbeat
+        the store took or since the last lease renewal (a frozen process, a store
+        that could not be reached): then a launch waits for the store to take its
+        STARTING before the work begins (``Launcher._launch``). Also once the store
+        has refused the recorder's writes for more than a lease: the renewals are
+        among the writes held, whatever the heartbeats say."""
+        if mono >= min(self._beat_ok, self._renewed) + self.lease_seconds:
+            return True
+        since = self.link.health.failing_since
+        return since is not None and self.link.book.clock.now() >= since + timedelta(
+            seconds=self.lease_seconds
+        )
+
     def beat_owner(self) -> None:
         owner = self.owner
         if not owner:
             return
         oid = OwnerId.parse(owner)
+        mono = self.link.book.clock.monotonic()
         try:
             self.link.store.upsert_owner(
                 OwnerRecord(
@@ -163,6 +185,8 @@ class OwnerLeases:
         except Exception:
             self.link.ctl.persist_failures += 1
             log.exception("owner heartbeat failed")
+            return
+        self._beat_ok = mono
 
     def renew_leases(self) -> None:
         """Renew the lease of every unfinished task, then look for ones the store
@@ -173,6 +197,7 @@ class OwnerLeases:
         link = self.link
         book = link.book
         until = book.clock.now() + timedelta(seconds=self.lease_seconds)
+        self._renewed = book.clock.monotonic()
         with book.lock:
             ids = [tid for tid, t in book.tasks.items() if t.snap.status in NON_TERMINAL]
             for tid in ids:
@@ -258,6 +283,7 @@ class Lifecycle:
                 done = bus.flush(timeout)
             link.converge_refused()
             marked = link.mark_rows()
+            marked = self.launcher.launch_held() or marked
             # what converging (here, or on the dispatcher meanwhile) and marking wrote
             # is recorded too
             if marked or link.converged != converged:

@@ -12,7 +12,11 @@ from typing import Any, Literal, Protocol
 class Reporter(Protocol):
     """The controller's ear for one attempt. Every method may be called from any thread."""
 
-    def started(self, pid: int | None = None) -> None: ...
+    def started(self, pid: int | None = None) -> str | None:
+        """The attempt began. A reason back means the controller no longer wants it
+        run (its task was settled while it was being launched): the attempt stops at
+        its first checkpoint, before the task's code."""
+        ...
 
     def progress(
         self, done: float | None, total: float | None, unit: str | None, message: str | None

@@ -174,7 +174,9 @@ def _run_attempt(
 ) -> Outcome:
     token.on_pause_reached = reporter.pause_reached
     token.on_resumed = reporter.resumed
-    reporter.started()
+    unwanted = reporter.started()
+    if unwanted:
+        token.request_stop(unwanted)
     try:
         with capture(reporter.log):
             token.checkpoint()  # a stop that arrived while starting lands here
