@@ -15,12 +15,12 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from chongming_nb.control.attempts import Attempts
-from chongming_nb.control.book import TaskBook, history_row, status_event, transitions
+from chongming_nb.control.book import TaskBook, TaskEntry, history_row, status_event, transitions
 from chongming_nb.core.errors import ConfigurationError
 from chongming_nb.core.events import Event, TaskStatusChanged
 from chongming_nb.core.models import AttemptRecord, TaskSnapshot, Transition
@@ -41,6 +41,9 @@ LOG_READ_WAIT = 10.0
 
 #: Snapshots read per store page when looking for evicted tasks.
 _PAGE = 1_000
+
+#: The records of one task a DataFrame reads (attempts, history rows).
+R = TypeVar("R")
 
 #: A status filter: one status, a status value, or several.
 StatusFilter = TaskStatus | str | Iterable[TaskStatus | str] | None
@@ -386,36 +389,43 @@ class Queries(TaskLister):
 
         since, until = filters.pop("since", None), filters.pop("until", None)
         snaps = self.list_tasks(**filters)
-        book = self.book
-        with book.lock:
-            kept = {s.task_id: book.tasks.get(s.task_id) for s in snaps}
-        recs: list[AttemptRecord] = []
-        for s in reversed(snaps):
-            t = kept[s.task_id]
-            recs.extend(t.attempts if t is not None else self.attempts_of(s.task_id))
-        names = {s.task_id: s.name for s in snaps}
-        return between(attempts_frame(recs, names), "started_at", since, until)
+        per_task = self._per_task(snaps, lambda t: list(t.attempts), self.attempts_of)
+        recs = [rec for _, recs in per_task for rec in recs]
+        return between(attempts_frame(recs, _names(snaps)), "started_at", since, until)
 
     def transitions_df(self, **filters: Any) -> pd.DataFrame:
         from chongming_nb.frames import between, history_rows_frame
 
         since, until = filters.pop("since", None), filters.pop("until", None)
         snaps = self.list_tasks(**filters)
-        book = self.book
-        with book.lock:
-            # the history rows themselves (immutable tuples; a list copy per task)
-            kept = {s.task_id: book.tasks.get(s.task_id) for s in snaps}
-            rows = {tid: list(t.history) for tid, t in kept.items() if t is not None}
-        tasks = [
-            (s.task_id, rows[s.task_id] if s.task_id in rows else self._history_rows(s.task_id))
+        # the history rows themselves (immutable tuples; a list copy per task)
+        per_task = self._per_task(snaps, lambda t: list(t.history), self._history_rows)
+        tasks = [(s.task_id, rows) for s, rows in per_task]
+        return between(history_rows_frame(tasks, _names(snaps)), "at", since, until)
+
+    def _per_task(
+        self,
+        snaps: list[TaskSnapshot],
+        kept: Callable[[TaskEntry], list[R]],
+        stored: Callable[[str], list[R]],
+    ) -> list[tuple[TaskSnapshot, list[R]]]:
+        """Each of ``snaps`` (newest first), oldest first, with its records: ``kept(entry)``
+        copied under the lock for a task in memory, ``stored(task_id)`` for one that left."""
+        with self.book.lock:
+            tasks = self.book.tasks
+            held = {s.task_id: kept(t) for s in snaps if (t := tasks.get(s.task_id)) is not None}
+        return [
+            (s, held[s.task_id] if s.task_id in held else stored(s.task_id))
             for s in reversed(snaps)
         ]
-        names = {s.task_id: s.name for s in snaps}
-        return between(history_rows_frame(tasks, names), "at", since, until)
 
     def _history_rows(self, task_id: str) -> list[tuple[Any, ...]]:
         """An evicted task's transitions from the store, as a history keeps them."""
         return [history_row(tr) for tr in self.history(task_id)]
+
+
+def _names(snaps: list[TaskSnapshot]) -> dict[str, str]:
+    return {s.task_id: s.name for s in snaps}
 
 
 #: What is not kept of an evicted task (TaskEvicted says it).
