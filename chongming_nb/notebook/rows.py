@@ -19,6 +19,7 @@ from chongming_nb.core.models import (
     start_text,
     start_time,
 )
+from chongming_nb.core.states import OCCUPIED
 from chongming_nb.notebook.older import add_counts, hidden_text
 from chongming_nb.notebook.schema import STATUSES, VERBS
 
@@ -168,8 +169,10 @@ def build_row(
     *,
     rate: float | None = None,
     last_line: str | None = None,
+    since: datetime | None = None,
 ) -> dict[str, Any]:
-    """One row (keys: :data:`chongming_nb.notebook.schema.ROW_FIELDS`)."""
+    """One row (keys: :data:`chongming_nb.notebook.schema.ROW_FIELDS`). ``since``: when
+    the task's current status began (its last transition), for ``frozen``."""
     failure = None
     if snap.failure is not None:
         failure = {
@@ -198,7 +201,14 @@ def build_row(
         "starts": epoch_ms(start_time(snap)),
         "requested": None if snap.requested_action is None else str(snap.requested_action.value),
         "can": {verb: bool(can.get(verb, (False, None))[0]) for verb in VERBS},
+        "frozen": epoch_ms(since) if since is not None and clock_stopped(snap) else None,
     }
+
+
+def clock_stopped(snap: TaskSnapshot) -> bool:
+    """Has this task started and not finished, and does it not work now (paused, waiting
+    for a retry)? Its row's elapsed time stops when its status began (``frozen``)."""
+    return snap.started_at is not None and not snap.is_terminal and snap.status not in OCCUPIED
 
 
 def starts_text(row: Mapping[str, Any], now_ms: float) -> str | None:
@@ -250,6 +260,8 @@ def _fmt_duration(row: Mapping[str, Any], now_ms: float) -> str:
     if started is None:
         return ""
     ended = row.get("ended")
+    if ended is None:
+        ended = row.get("frozen")
     end = float(ended) if ended is not None else now_ms
     secs = max(0.0, (float(end) - float(started)) / 1000.0)
     m, s = divmod(int(secs), 60)

@@ -128,6 +128,10 @@ ROW_TYPES: Final[Mapping[str, str]] = {
     "starts": "number | null",  # epoch ms a delayed task may start (delay= / not_before=)
     "requested": "string | null",  # "stop" | "pause" | None while on its way
     "can": "Record<ControlVerb, boolean>",  # for every verb in VERBS
+    # epoch ms the clock of a started, unfinished task that does not work now (paused,
+    # waiting for a retry) stopped: when its current status began. Every view counts its
+    # elapsed time to this instant, so the board and the sidebar agree. None otherwise
+    "frozen": "number | null",
 }
 #: Keys of one row, in order.
 ROW_FIELDS: Final[tuple[str, ...]] = tuple(ROW_TYPES)

@@ -43,12 +43,14 @@ from chongming_nb.notebook.older import (
     initial_snapshots,
     kept_finished,
     status_matches,
+    status_since,
     where_hint,
 )
 from chongming_nb.notebook.rows import (
     RateTracker,
     build_row,
     clip,
+    clock_stopped,
     epoch_ms,
     progress_fields,
     render_html,
@@ -432,7 +434,10 @@ class TaskTable(anywidget.AnyWidget):
         """Build a row. Calls the controller: never call it holding ``self._lock`` (the
         controller may call ``_on_event`` holding its own lock)."""
         self._keys[snap.task_id] = status_key(snap)
-        return build_row(snap, self._can_for(snap), rate=self._rate_for(snap), last_line=last_line)
+        since = status_since(self._ctl, snap) if clock_stopped(snap) else None
+        return build_row(
+            snap, self._can_for(snap), rate=self._rate_for(snap), last_line=last_line, since=since
+        )
 
     def _rate_for(self, snap: TaskSnapshot) -> float | None:
         """Feed the task's progress to the rate tracker; its rate (None when terminal)."""

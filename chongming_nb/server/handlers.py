@@ -32,6 +32,7 @@ from chongming_nb.server.serialize import (
     gone_retry_reason,
     owner_row,
     parse_owner,
+    stopped_since,
     task_detail,
     task_row,
     task_rows,
@@ -123,9 +124,13 @@ class _Base(APIHandler):
         owners: dict[str, OwnerRecord],
         sessions: dict[str, str],
     ) -> list[dict[str, Any]]:
+        # (on a store thread: every caller builds its answer in cm.run)
         now = self.cm.clock.now()
         gone = self.cm.liveness.gone(snaps, now=now, owners=owners)
-        return task_rows(snaps, sm=self.cm.sm, now=now, owners=owners, sessions=sessions, gone=gone)
+        since = stopped_since(self.cm.get_store(), snaps)
+        return task_rows(
+            snaps, sm=self.cm.sm, now=now, owners=owners, sessions=sessions, gone=gone, since=since
+        )
 
 
 def _kernel_of(snap: TaskSnapshot, owners: dict[str, OwnerRecord]) -> str | None:
@@ -226,6 +231,7 @@ class TaskHandler(_Base):
                 gone=self.cm.liveness.gone([snap], now=now, owners=owners).get(task_id),
                 owners=owners,
                 sessions=sessions,
+                since=stopped_since(store, [snap]).get(task_id),
             )
             return task_detail(
                 snap,

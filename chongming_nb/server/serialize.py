@@ -10,7 +10,7 @@ from typing import Any
 from chongming_nb.control.ownership import OwnerId
 from chongming_nb.core.models import AttemptRecord, Command, TaskSnapshot, Transition
 from chongming_nb.core.state_machine import CONTROL_VERBS, StateMachine
-from chongming_nb.notebook.rows import average_rate, build_row
+from chongming_nb.notebook.rows import average_rate, build_row, clock_stopped
 from chongming_nb.stores.protocol import EventRecord, LogRecord, OwnerRecord
 
 
@@ -97,6 +97,40 @@ def gone_retry_reason(gone: str) -> str:
     return f"the kernel that ran it is gone ({gone}): no controller holds its code to run it again"
 
 
+#: (task id, status_version) -> when that status began, for rows whose clock stopped
+#: (see ``stopped_since``); a status version's time never changes. Bounded: cleared when
+#: full.
+_SINCE: dict[tuple[str, int], datetime] = {}
+_SINCE_MAX = 10_000
+
+
+def stopped_since(store: Any, snaps: Iterable[TaskSnapshot]) -> dict[str, datetime]:
+    """Task id -> when its current status began, for the started, unfinished tasks that
+    do not work now (paused, waiting for a retry): the row's ``frozen``, the instant its
+    elapsed time stopped (the kernel's board takes it from the same transition). One
+    indexed read of the store per such task and status version. Run it on a store
+    thread."""
+    out: dict[str, datetime] = {}
+    for snap in snaps:
+        if not clock_stopped(snap):
+            continue
+        key = (snap.task_id, snap.status_version)
+        at = _SINCE.get(key)
+        if at is None:
+            try:
+                trs = store.history(snap.task_id, since_version=snap.status_version - 1)
+            except Exception:
+                continue
+            at = next((t.at for t in trs if t.version == snap.status_version), None)
+            if at is None:
+                continue
+            if len(_SINCE) >= _SINCE_MAX:
+                _SINCE.clear()
+            _SINCE[key] = at
+        out[snap.task_id] = at
+    return out
+
+
 def task_row(
     snap: TaskSnapshot,
     *,
@@ -106,13 +140,15 @@ def task_row(
     sessions: Mapping[str, str],
     flags: CanFlags | None = None,
     gone: str | None = None,
+    since: datetime | None = None,
 ) -> dict[str, Any]:
     """One task as the sidebar lists it: the row the widget draws
     (:func:`chongming_nb.notebook.rows.build_row`, keys ``schema.ROW_TYPES``) plus
     ``schema.LISTING_ROW_TYPES``; ``flags`` shares the ``can`` answers of a listing's
     rows (see ``CanFlags``). ``now`` is not read: a row says when things happened, the
     front end counts. ``gone``: why the task's owning kernel is gone
-    (``server.liveness``): the row says "kernel gone" and no verb is possible."""
+    (``server.liveness``): the row says "kernel gone" and no verb is possible.
+    ``since``: when its current status began (``stopped_since``)."""
     host, pid, kernel = parse_owner(snap.lease_owner)
     rec = owners.get(snap.lease_owner) if snap.lease_owner else None
     if rec is not None:
@@ -129,7 +165,10 @@ def task_row(
         can = dict.fromkeys(can, False)
         why = dict.fromkeys(can, f"the kernel that runs it is gone: {gone}")
     row = build_row(
-        snap, {verb: (ok, why.get(verb)) for verb, ok in can.items()}, rate=average_rate(snap)
+        snap,
+        {verb: (ok, why.get(verb)) for verb, ok in can.items()},
+        rate=average_rate(snap),
+        since=since,
     )
     row["why"] = why
     row["owner"] = snap.lease_owner
@@ -150,11 +189,14 @@ def task_rows(
     owners: Mapping[str, OwnerRecord],
     sessions: Mapping[str, str],
     gone: Mapping[str, str] | None = None,
+    since: Mapping[str, datetime] | None = None,
 ) -> list[dict[str, Any]]:
     """The rows of a listing (or a feed answer), sharing one ``CanFlags``; ``gone``:
-    task id -> why its kernel is gone."""
+    task id -> why its kernel is gone; ``since``: task id -> when its current status
+    began (``stopped_since``)."""
     flags = CanFlags(sm)
     g = gone or {}
+    began = since or {}
     return [
         task_row(
             s,
@@ -164,6 +206,7 @@ def task_rows(
             sessions=sessions,
             flags=flags,
             gone=g.get(s.task_id),
+            since=began.get(s.task_id),
         )
         for s in snaps
     ]

@@ -58,6 +58,7 @@ FakeLog = LogRecord
 class _Task:
     snap: TaskSnapshot
     logs: list[LogRecord] = field(default_factory=list)
+    history: list[Transition] = field(default_factory=list)
 
 
 class FakeController(TaskLister):
@@ -164,6 +165,7 @@ class FakeController(TaskLister):
 
     def _set(self, t: _Task, snap: TaskSnapshot, tr: Transition) -> None:
         t.snap = snap
+        t.history.append(tr)
         self._emit(_status_event(tr, self._eid()))
 
     # ----------------------------------------------------------------- Controller API
@@ -183,6 +185,15 @@ class FakeController(TaskLister):
             snaps = [s for s in snaps if s.task_id in wanted]
         snaps = [s for s in reversed(snaps) if matches(query, s)]  # newest first
         return snaps if query.limit is None else snaps[: query.limit]
+
+    def history(self, task_id: str) -> list[Transition]:
+        """The transitions of a task made through this fake (its verbs, ``fail``,
+        ``settle``), oldest first."""
+        with self._lock:
+            t = self._tasks.get(task_id)
+            if t is None:
+                raise TaskNotFound(task_id)
+            return list(t.history)
 
     def can(self, task_id: str, verb: str) -> tuple[bool, str | None]:
         if verb not in CONTROL_VERBS:

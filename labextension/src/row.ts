@@ -151,12 +151,19 @@ export function statusNote(row: TaskRow, now: number = Date.now()): string {
   return row.message ?? '';
 }
 
-/** Seconds of work of the current attempt at `now`, or at `frozenAt` when not ticking. */
+/**
+ * Seconds of work of the current attempt at `now`. A row whose clock stopped (paused,
+ * waiting for a retry) counts to `row.frozen`, the instant its status began, which the
+ * kernel's board and the server's listing both take from the task's transition: so the
+ * board and the sidebar show the same elapsed time whenever each heard of the pause.
+ * `frozenAt` (when this view first drew it stopped) stands in only for a row without it.
+ */
 export function elapsedSeconds(row: TaskRow, now: number, frozenAt: number | null): number | null {
   if (row.started === null) {
     return null;
   }
-  const end = row.ended ?? (isTicking(row.status) || frozenAt === null ? now : frozenAt);
+  const stopped = row.frozen ?? frozenAt;
+  const end = row.ended ?? (isTicking(row.status) || stopped === null ? now : stopped);
   return Math.max(0, (end - row.started) / 1000);
 }
 

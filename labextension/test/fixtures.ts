@@ -30,6 +30,7 @@ export function row(overrides: Partial<ListingRow> = {}): ListingRow {
     run: null,
     starts: null,
     requested: null,
+    frozen: null,
     can: { ...can, pause: true, stop: true },
     why: { resume: 'not paused' },
     owner: 'h:1:k1',

@@ -388,3 +388,44 @@ def test_patches_redraw_rows_in_place_and_refilter_the_view(page: Any) -> None:
     assert _shown(page) == [("task-1", "25/100 rows"), ("task-2", "30/100 rows"),
                             ("task-0", "90/100 rows")]  # fmt: skip
     assert page.evaluate("() => window.__sent || []") == []  # no gap, no sync asked
+
+
+CAPPED = """\
+import chongming_nb as cn
+capped = cn.Controller(executor="inline", history=cn.HistoryLimits(memory_finished_tasks=5))
+for i in range(12):
+    capped.submit(lambda: None, name=f"q{i}").wait(30)
+capped.board()
+"""
+MORE = "for i in range(3):\n    capped.submit(lambda: None, name=f'r{i}').wait(30)\ncapped.flush()"
+
+
+def test_a_board_past_the_memory_cap_counts_every_task_and_says_what_it_does_not_show(
+    notebook: Any, tmp_path: Path
+) -> None:
+    """Issue 21 item 2: finished tasks past HistoryLimits.memory_finished_tasks leave the
+    kernel's memory; the board shows the newest 5, counts all, and says the rest are not
+    shown and where they are (here: nowhere, there is no store)."""
+    nb = notebook("capped.ipynb", [CAPPED, MORE])
+    nb.run(0)
+    page = nb.page
+    head = """([total, older]) => {
+        const c = document.querySelectorAll('.jp-Notebook .jp-Cell')[0];
+        const s = c.querySelector('.cn-summary'), o = c.querySelector('.cn-older');
+        return !!s && !!o && s.textContent.startsWith(total) && o.textContent === older;
+    }"""
+    where = "counted only: without a store their rows are not kept"
+    page.wait_for_function(
+        head, arg=["12 tasks: 12 succeeded", f"7 older finished tasks not shown — {where}"],
+        timeout=60_000,
+    )  # fmt: skip
+    assert nb.cell(0).locator(".cn-item").count() == 5
+    nb.run(1)
+    page.wait_for_function(
+        head, arg=["15 tasks: 15 succeeded", f"10 older finished tasks not shown — {where}"],
+        timeout=60_000,
+    )  # fmt: skip
+    assert nb.cell(0).locator(".cn-item").count() == 5
+    page.set_viewport_size({"width": 900, "height": 700})
+    page.screenshot(path=str(tmp_path / "capped-board.png"))
+    print("screenshot:", tmp_path / "capped-board.png")
