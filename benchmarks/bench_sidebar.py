@@ -21,6 +21,13 @@ labextension) driven through Playwright's Chromium:
   all). Target <= 100 ms. The panel lists the newest ``limit`` tasks the front end asks
   for (``TaskModel`` default 2,000), which the rows say.
 
+Both sizes, no browser: the sidebar's **pages** of the REST list as the handler answers
+them (``server.listing.read_page``, the rows with their ``can`` flags, the JSON): the
+first page of 200, the next one (``after=``), the first of ``status=failed`` and of
+``text=load``, on a generated store of 1,000,000 tasks (tiny: 2,000;
+``common.generated_store``) beside the same on a store of 1,000. Target <= 1.5x
+(issue 21 item 3), except the text (no index serves it: reported).
+
 Tiny size (the smoke test; no browser, no server): the command path alone, in-process:
 a command written to the store queue the way the REST handler writes it, to the state
 change in the store, with the controller in this process.
@@ -32,6 +39,7 @@ compare with.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -45,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._ui import UnavailableError, chromium, jupyter_lab, percentile
-from benchmarks.common import median, result
+from benchmarks.common import generated_store, median, result, timed
 from benchmarks.sizes import size_of
 from chongming_nb.core.models import Command, Failure, FailureKind, Progress, TaskSnapshot
 from chongming_nb.core.states import TaskStatus
@@ -56,8 +64,20 @@ PANEL = "#chongming-tasks-panel"
 CLICK_P50_MS = 250.0
 RENDER_MS = 100.0
 DEFAULTS: dict[str, dict[str, Any]] = {
-    "tiny": {"clicks": 6, "store_tasks": 200, "refreshes": 0},
-    "full": {"clicks": 20, "store_tasks": 5_000, "refreshes": 9},
+    "tiny": {
+        "clicks": 6,
+        "store_tasks": 200,
+        "refreshes": 0,
+        "page_tasks": 2_000,
+        "page_repeats": 2,
+    },
+    "full": {
+        "clicks": 20,
+        "store_tasks": 5_000,
+        "refreshes": 9,
+        "page_tasks": 1_000_000,
+        "page_repeats": 15,
+    },
 }
 
 CONTROLLER = r"""
@@ -464,15 +484,90 @@ def _params(size: str) -> dict[str, Any]:
     return p
 
 
+#: The store the sidebar's pages are compared with: its first page is full and a next
+#: page follows (an empty store lists nothing).
+PAGE_PEER_TASKS = 1_000
+
+
+def _page_ms(path: Path, listing: Any, *, second: bool) -> float:
+    """One listing as the REST handler answers it (``server.listing.read_page``, the rows
+    with their ``can`` flags, the JSON), without the HTTP round trip; ``second``: the
+    page after the first one's cursor."""
+    from dataclasses import replace as with_
+
+    from chongming_nb.core.state_machine import StateMachine
+    from chongming_nb.runtime.clock import SYSTEM_CLOCK
+    from chongming_nb.server.listing import read_page
+    from chongming_nb.server.serialize import task_rows
+
+    store = SqliteStore(path, readonly=True)
+    sm = StateMachine(SYSTEM_CLOCK)
+    try:
+        if second:
+            listing = with_(listing, after=read_page(store, listing).next)
+
+        def answer() -> str:
+            page = read_page(store, listing)
+            rows = task_rows(page.tasks, sm=sm, now=datetime.now(UTC), owners={}, sessions={})
+            body = {"tasks": rows, "next": page.next, "counts": page.counts, "totals": page.totals}
+            return json.dumps(body, default=str, separators=(",", ":"))
+
+        answer()  # warm: the file's pages in the OS cache
+        return min(timed(answer) for _ in range(3)) * 1e3
+    finally:
+        store.close()
+
+
+def page_rows(tasks: int, repeats: int) -> list[dict[str, Any]]:
+    """The sidebar's pages of the REST list on a generated store of ``tasks`` tasks
+    (``common.generated_store``) beside the same on a store of ``PAGE_PEER_TASKS``."""
+    from chongming_nb.server.contract import LIST_PAGE
+    from chongming_nb.server.listing import Listing
+
+    big, small = generated_store(tasks), generated_store(PAGE_PEER_TASKS)
+    failed = Listing(statuses=frozenset({S.FAILED}), limit=LIST_PAGE)
+    rows = []
+    for what, listing, second, target in (
+        ("first page", Listing(limit=LIST_PAGE), False, 1.5),
+        ("next page (after= the first page's cursor)", Listing(limit=LIST_PAGE), True, 1.5),
+        ("first page of the failed tasks (status=failed)", failed, False, 1.5),
+        ("first page of text=load (no index: rows are read until 200 match)",
+         Listing(text="load", limit=LIST_PAGE), False, None),
+    ):  # fmt: skip
+        samples: dict[str, list[float]] = {"big": [], "small": []}
+        for _ in range(max(1, repeats // 3)):
+            samples["big"].append(_page_ms(big, listing, second=second))
+            samples["small"].append(_page_ms(small, listing, second=second))
+        o, peer = min(samples["big"]), min(samples["small"])
+        peer_name = f"a store of {PAGE_PEER_TASKS:,} tasks"
+        rows.append(
+            result(
+                f"sidebar {what}: {LIST_PAGE} rows + whole-store counts as the REST list "
+                f"answers it, store of {tasks:,} tasks vs {peer_name}",
+                round(o, 2),
+                "ms",
+                target=f"<= {target:g}x {peer_name}" if target else "reported",
+                passed=o <= target * peer if target else None,
+                peer={peer_name: round(peer, 2)},
+                ratio=o / peer if peer else None,
+                samples_ms=samples,
+                load_1min=round(os.getloadavg()[0], 2),
+            )
+        )
+    return rows
+
+
 def run(size: str) -> list[dict[str, Any]]:
     p = _params(size)
     clicks = int(p["clicks"])
+    pages = page_rows(int(p["page_tasks"]), int(p["page_repeats"]))
     with tempfile.TemporaryDirectory(prefix="cm-sidebar-bench-") as tmp:
         workdir = Path(tmp)
         if size != "full":
             tiny_ms = command_path_ms(clicks, workdir)
             p50 = median(tiny_ms)
             return [
+                *pages,
                 result(
                     "sidebar (tiny: no browser): command queued as the REST handler queues "
                     "it -> task state changed in the store, pause/resume of a cooperative "
@@ -491,6 +586,7 @@ def run(size: str) -> list[dict[str, Any]]:
             b = browser_run(clicks, int(p["store_tasks"]), int(p["refreshes"]), workdir)
         except UnavailableError as exc:
             return [
+                *pages,
                 result(
                     "sidebar click -> task state changed in the store, p50",
                     None,
@@ -498,12 +594,13 @@ def run(size: str) -> list[dict[str, Any]]:
                     target=f"p50 <= {CLICK_P50_MS:g} ms",
                     passed=None,
                     note=str(exc),
-                )
+                ),
             ]
     n_store = int(p["store_tasks"])
     clicks_ms: list[float] = b["click_ms"]
     p50 = percentile(clicks_ms, 50)
     rows = [
+        *pages,
         result(
             "sidebar click (Pause/Resume in the Tasks panel, real jupyter lab + Chromium) -> "
             "task state changed in the store (controller process, cooperative task), p50 "
@@ -515,7 +612,7 @@ def run(size: str) -> list[dict[str, Any]]:
             p95_ms=percentile(clicks_ms, 95),
             first_change_p50_ms=percentile(b["first_change_ms"], 50),
             samples_ms=clicks_ms,
-        )
+        ),
     ]
     fetch = [s["fetch_ms"] for s in b["refresh"]]
     rows.append(

@@ -26,6 +26,8 @@ MY_METRICS = (
     "attempts_df() over",
     "per finished no-op task",
     "chongming ps --limit 20",
+    "sidebar first page",
+    "sidebar next page",
 )
 
 

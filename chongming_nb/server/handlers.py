@@ -143,7 +143,8 @@ def _kernel_of(snap: TaskSnapshot, owners: dict[str, OwnerRecord]) -> str | None
 class TasksHandler(_Base):
     """``GET tasks?status=a,b&name=PREFIX&text=WORD&limit=N&after=CURSOR``: one keyset
     page (``next`` is the cursor of the following page, or null), the counts per status
-    of the tasks the filter matches (``counts``) and of the whole store (``totals``).
+    of the tasks the filter matches (``counts``; null with a name or text filter whose
+    matches span more than this page) and of the whole store (``totals``).
     ``kernel=ID`` / ``notebook=PATH`` filter by owner instead: every matching row is
     read (no page)."""
 
@@ -190,7 +191,9 @@ class TasksHandler(_Base):
                 {
                     "tasks": self._rows(page.tasks, owners, sessions),
                     "next": page.next,
-                    "counts": {k.value: v for k, v in page.counts.items()},
+                    "counts": None
+                    if page.counts is None
+                    else {k.value: v for k, v in page.counts.items()},
                     "totals": {k.value: v for k, v in page.totals.items()},
                     "cursor": cursor,
                     "sessions": sessions,

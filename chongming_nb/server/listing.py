@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from chongming_nb.core.errors import StoreError
 from chongming_nb.core.models import TaskSnapshot
@@ -48,11 +48,12 @@ class Listing:
 @dataclass(frozen=True, slots=True)
 class Page:
     """One page: its rows, the cursor of the next page (None after the last), the
-    counts per status of every task the filter matches, and of the whole store."""
+    counts per status of every task the filter matches (None when unknown: see
+    ``read_page``), and of the whole store."""
 
     tasks: list[TaskSnapshot]
     next: str | None
-    counts: dict[TaskStatus, int]
+    counts: dict[TaskStatus, int] | None
     totals: dict[TaskStatus, int]
 
 
@@ -97,8 +98,9 @@ def _last(args: Callable[[str], list[str]], name: str) -> str | None:
 
 def read_page(store: TaskStore, listing: Listing) -> Page:
     """One keyset page (its cost does not grow with the rows before it) and the counts.
-    Without a name or text the counts are the store's kept ones (a few rows); with one
-    they are a count of the matching rows."""
+    Without a name or text the counts are the store's kept ones (a few rows). With one,
+    no index counts the matches (a million tasks: seconds), so they are counted only
+    when this page holds every match, and are None otherwise."""
     q = listing.query()
     try:
         snaps, following = store.page(q, after=listing.after)
@@ -113,6 +115,10 @@ def read_page(store: TaskStore, listing: Listing) -> Page:
     if q.name_prefix is None and q.text is None:
         wanted = q.status
         counts = {s: (n if wanted is None or s in wanted else 0) for s, n in totals.items()}
+    elif listing.after is None and following is None:
+        counts = dict.fromkeys(TaskStatus, 0)
+        for snap in snaps:
+            counts[snap.status] += 1
     else:
-        counts = store.counts(replace(q, limit=None))
+        counts = None
     return Page(snaps, following, counts, totals)

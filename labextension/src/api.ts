@@ -16,8 +16,10 @@ export interface TasksResponse {
   tasks: ListingRow[];
   /** The cursor of the next page (`after=` it), null after the last. */
   next?: string | null;
-  /** Tasks per status among those the filter matches (every page, not this one). */
-  counts: Record<string, number>;
+  /** Tasks per status among those the filter matches (every page, not this one); null
+   * with a text or name filter whose matches span more than this page (no index counts
+   * them). */
+  counts: Record<string, number> | null;
   /** Tasks per status in the whole store. */
   totals?: Record<string, number>;
   cursor: number;

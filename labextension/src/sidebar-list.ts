@@ -96,9 +96,13 @@ export class TaskPager {
     return this.hasMore && this._rows.size >= this.maxRows;
   }
 
-  /** Tasks the filter matches in the whole store (null before the first answer). */
+  /** Tasks the filter matches in the whole store (null before the first answer, and
+   * while a text filter's matches are not all loaded: no index counts them). */
   get matching(): number | null {
-    return this._counts === null ? null : sum(this._counts);
+    if (this._counts === null) {
+      return this._loaded && this._next === null ? this._rows.size : null;
+    }
+    return sum(this._counts);
   }
 
   /** Tasks per status in the whole store, from the last answer. */
@@ -280,8 +284,10 @@ export function listLine(shown: number, pager: TaskPager, totals: Readonly<Recor
   if (!filtered || !pager.loaded) {
     return `${grouped(shown)} of ${grouped(store)} tasks`;
   }
-  const matching = Math.max(pager.matching ?? 0, shown);
-  return `${grouped(shown)} of ${grouped(matching)} matching tasks (${grouped(store)} in the store)`;
+  const matching = pager.matching;
+  // a text filter's matches are counted once all are loaded: "200+" until then
+  const of = matching === null ? `${grouped(pager.size)}+` : grouped(Math.max(matching, shown));
+  return `${grouped(shown)} of ${of} matching tasks (${grouped(store)} in the store)`;
 }
 
 /**

@@ -433,7 +433,7 @@ export class TasksPanel extends Widget {
 
   private _renderDetails(): void {
     const id = this._selected;
-    this.detailExtra?.follow(id, id === null ? null : (this.model.task(id) ?? null));
+    this.detailExtra?.follow(id, id === null ? null : (this._task(id) ?? null));
     if (id === null) {
       if (this._detailsNode.childElementCount > 0) {
         this._detailsNode.replaceChildren();

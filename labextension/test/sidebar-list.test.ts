@@ -32,10 +32,12 @@ class PagingClient implements ITasksClient {
     const limit = Number(q.get('limit') ?? 500);
     const tasks = match.slice(start, start + limit);
     const next = start + limit < match.length ? String(start + limit) : null;
+    // as the server: a text's matches are counted only when one page holds them all
+    const counted = !text || (start === 0 && next === null);
     return {
       tasks,
       next,
-      counts: countOf(match),
+      counts: counted ? countOf(match) : null,
       totals: countOf(this.rows),
       cursor: 1,
       sessions: {},
@@ -224,6 +226,19 @@ describe('the Tasks panel over a long history', () => {
     expect([q.get('status'), q.get('text')]).toEqual(['failed', 'h098']);
     expect(panel.list.rowCount).toBe(1); // h0989
     expect(panel.selected).toBe('h0399'); // a filter never drops the selection
+    expect(status()).toBe('1 of 1 matching tasks (1,000 in the store)');
+
+    // a text over more than a page: its matches are not counted until all are loaded
+    panel.node.querySelector<HTMLButtonElement>('.cm-Count[aria-pressed="true"]')!.click(); // again: every status
+    text.value = 'load';
+    text.dispatchEvent(new Event('change'));
+    await settle();
+    panel.render();
+    expect(status()).toBe('200 of 200+ matching tasks (1,000 in the store)');
+    more.click();
+    await settle();
+    panel.render();
+    expect(status()).toBe('333 of 333 matching tasks (1,000 in the store)');
     panel.dispose();
     model.dispose();
   });

@@ -1,5 +1,6 @@
 """Helpers for the shared task row (labextension/src/row.ts) in browser tests: a row
-offers its allowed verbs inline when it is wide enough, else in its "⋯" menu."""
+offers its allowed verbs inline when it is wide enough, else in its "⋯" menu; and the
+Tasks panel opened on a fresh page."""
 
 from __future__ import annotations
 
@@ -26,3 +27,18 @@ def click_verb(row: Any, verb: str) -> None:
         return
     row.locator(".cm-Row-more").click()
     row.page.locator(f'body > .cm-Row-menu:not([hidden]) button[data-verb="{verb}"]').click()
+
+
+def open_tasks_panel(lab: Any, page: Any, panel: str = "#chongming-tasks-panel") -> Any:
+    """Load JupyterLab in ``page`` (no notebook), open the Tasks panel; its locator."""
+    page.goto(lab.url_for(""))
+    page.wait_for_function(
+        "() => window.jupyterapp?.commands.hasCommand('chongming:open-tasks')", timeout=120_000
+    )
+    page.evaluate(
+        """async () => { await window.jupyterapp.restored;
+                         await window.jupyterapp.commands.execute('chongming:open-tasks'); }"""
+    )
+    located = page.locator(panel)
+    located.wait_for(state="visible")
+    return located

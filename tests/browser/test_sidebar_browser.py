@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _rows import click_verb, offers
+from _rows import click_verb, offers, open_tasks_panel
 
 from chongming_nb.core.models import Failure, FailureKind, Progress, TaskSnapshot
 from chongming_nb.core.states import TaskStatus
@@ -283,21 +283,24 @@ def test_sidebar_windows_a_long_list_and_patches_rows_in_place(jupyter_lab: Any,
     a task changed in the store updates its row in place."""
     ids = _fill_long_list(jupyter_lab.store)
     forget_workspace(jupyter_lab)
-    page.goto(jupyter_lab.url_for(""))
-    page.wait_for_function(
-        "() => window.jupyterapp?.commands.hasCommand('chongming:open-tasks')", timeout=120_000
-    )
-    page.evaluate(
-        """async () => { await window.jupyterapp.restored;
-                         await window.jupyterapp.commands.execute('chongming:open-tasks'); }"""
-    )
-    panel = page.locator(PANEL)
-    panel.wait_for(state="visible")
+    panel = open_tasks_panel(jupyter_lab, page, PANEL)
     panel.locator(".cm-Filter-text").fill(LONG_PREFIX)
+    panel.locator(".cm-Filter-text").press("Enter")
+    # the text filter is the store's: 200 at a time (the matches counted once all are
+    # in); load them all for the geometry checks
+    status = panel.locator(".cm-TasksPanel-status")
+    more = panel.locator(".cm-TasksPanel-moreButton")
+    for loaded in range(200, LONG, 200):
+        page.wait_for_function(
+            f"""() => document.querySelector('{PANEL} .cm-TasksPanel-status')
+                      ?.textContent.startsWith('{loaded:,} of {loaded:,}+ matching')"""
+        )
+        more.click()
     page.wait_for_function(
         f"""() => document.querySelector('{PANEL} .cm-TasksPanel-status')
-                  ?.textContent.startsWith('{LONG} of ')"""
+                  ?.textContent.startsWith('{LONG:,} of {LONG:,} matching')"""
     )
+    assert not more.is_visible() and status.inner_text().startswith(f"{LONG:,} of")
     # name each drawn row by its index, for the geometry checks
     page.evaluate(
         f"""() => {{
