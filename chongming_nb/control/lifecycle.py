@@ -48,7 +48,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("chongming_nb.controller")
 
-#: How often an owner records its heartbeat in the owners table.
+#: How often an owner records its heartbeat in the owners table (at most; as often as
+#: it renews its leases when that is more often).
 OWNER_BEAT_EVERY = 2.0
 
 #: Seconds the tasks still running when the interpreter exits get to reach a
@@ -119,6 +120,8 @@ class OwnerLeases:
         self.owner = owner
         self.lease_seconds = float(lease_seconds)
         self.renew_every = self.lease_seconds / 6
+        # (a lease shorter than the beat interval would lapse between two beats)
+        self.beat_every = min(OWNER_BEAT_EVERY, self.renew_every)
         self._next_owner_beat = 0.0
         self._next_renew = 0.0
         self._started_at = link.book.clock.now()
@@ -143,7 +146,7 @@ class OwnerLeases:
         link = self.link
         link.poll_commands()
         if mono >= self._next_owner_beat:
-            self._next_owner_beat = mono + OWNER_BEAT_EVERY
+            self._next_owner_beat = mono + self.beat_every
             self.beat_owner()
         if mono >= self._next_renew:
             self._next_renew = mono + self.renew_every

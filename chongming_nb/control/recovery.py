@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 
 from chongming_nb.control.ownership import DEFAULT_GRACE_SECONDS, DEFAULT_LEASE_SECONDS, judge
 from chongming_nb.core.clock import Clock
 from chongming_nb.core.errors import ConcurrencyConflict, ConfigurationError
-from chongming_nb.core.models import TaskSnapshot, Transition
+from chongming_nb.core.models import AttemptRecord, FailureKind, TaskSnapshot, Transition
 from chongming_nb.core.state_machine import StateMachine
 from chongming_nb.core.states import NON_TERMINAL, TERMINAL, TaskStatus
 from chongming_nb.stores.protocol import TaskQuery, TaskStore
@@ -110,7 +111,9 @@ def reconcile_store(
             reason += f"; was scheduled for {snap.retry_at:%Y-%m-%d %H:%M:%S %Z} — resubmit?"
         new, tr = settle(sm, snap, reason)
         try:
-            store.save_many([(new, snap.status_version)], [tr])
+            store.save_many(
+                [(new, snap.status_version)], [tr], attempts=_closed_attempt(store, new, now)
+            )
         except ConcurrencyConflict:
             # its owner wrote meanwhile: alive after all, the task stays its own
             log.info("task %s moved on while being reconciled; left to its owner", snap.task_id)
@@ -121,6 +124,31 @@ def reconcile_store(
             log.info("requeued orphan %s as %s", snap.task_id, new_id)
         out["requeued" if new_id is not None else "lost"].append(snap.task_id)
     return out
+
+
+def _closed_attempt(store: TaskStore, new: TaskSnapshot, now: datetime) -> list[AttemptRecord]:
+    """A task settled LOST may have an attempt its owner never closed (it died in the
+    middle): that attempt ends with the task, result unknown, in the same write — the
+    store holds no attempt that runs forever."""
+    if new.status is not S.LOST:
+        return []
+    try:
+        recs = store.attempts(new.task_id)
+    except Exception as exc:  # settled all the same; the attempt stays open
+        log.warning("reading the attempts of %s failed: %s", new.task_id, exc)
+        return []
+    if not recs or recs[-1].ended_at is not None:
+        return []
+    fail = new.failure
+    return [
+        replace(
+            recs[-1],
+            ended_at=now,
+            outcome=S.LOST,
+            failure_kind=fail.kind if fail is not None else FailureKind.LOST,
+            failure_message=fail.message if fail is not None else None,
+        )
+    ]
 
 
 @dataclass(frozen=True)

@@ -89,3 +89,27 @@ def test_an_execution_the_store_settled_is_stopped_and_its_attempt_recorded(
     agree(ctl, main, h.id)
     [rec] = main.attempts(h.id)
     assert rec.ended_at is not None and rec.abandoned and rec.outcome is S.LOST
+
+
+def test_settling_an_orphan_closes_its_open_attempt(
+    pair: StorePair, rig: Rig, make_ctl: Callable[..., Controller]
+) -> None:
+    """An owner that dies (kill -9) mid-attempt never records the attempt's end; the
+    reconciler that settles the task LOST closes that attempt in the same write
+    (its result unknown), so the store holds no attempt that runs forever."""
+    main, other = pair
+    ctl = make_ctl(store=main, owner=FAR, lease_seconds=1)
+    ctl._dispatcher.store_tick = None  # the owner is as good as dead from here on
+    gate = rig.gate()
+    h = ctl.submit(gate.cooperative, name="work")
+    wait_status(ctl, h, S.RUNNING)
+    ctl.flush()
+    [open_rec] = other.attempts(h.id)
+    assert open_rec.ended_at is None
+    assert settle_from_elsewhere(other, rig.clock)()["lost"] == [h.id]
+    s = other.get(h.id)
+    assert s is not None and s.failure is not None
+    [rec] = other.attempts(h.id)
+    assert rec.ended_at is not None, "the settled task's attempt never ends in the store"
+    assert rec.outcome is S.LOST and rec.failure_message == s.failure.message
+    assert rec.started_at == open_rec.started_at and not rec.abandoned
