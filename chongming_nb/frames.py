@@ -4,8 +4,8 @@ Built column by column (one list per column, then typed), not from a list of dic
 Status columns are categorical over every TaskStatus value; times are tz-aware UTC;
 durations are timedelta64.
 
-Columns
--------
+Columns (``SCHEMA`` states them, with the type of each)
+-------------------------------------------------------
 snapshots: task_id, name, status, attempt, max_attempts, created_at, queued_at,
     started_at, ended_at, duration, progress_done, progress_total, progress_unit,
     message, failure_kind, failure_message, executor, pipeline_run_id, tags, priority,
@@ -23,8 +23,10 @@ database) into the same frames, without an object per row.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import fields
 from datetime import datetime
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -92,83 +94,149 @@ def _strings(values: Sequence[Any]) -> pd.Series:
     return pd.Series(values, dtype="string")
 
 
+# ------------------------------------------------------------------ the frames
+
+#: The columns of each frame and the type of each: "str", "status", "failure" (the
+#: categoricals), "int", "bool", "float?" / "int?" (nullable ``Float64`` / ``Int64``),
+#: "time" (datetime64[us, UTC]), "tags" (sorted lists) and "duration" (``ended_at -
+#: started_at``, the only column not read).
+SCHEMA: dict[str, dict[str, str]] = {
+    "tasks": {
+        "task_id": "str",
+        "name": "str",
+        "status": "status",
+        "attempt": "int",
+        "max_attempts": "int",
+        "created_at": "time",
+        "queued_at": "time",
+        "started_at": "time",
+        "ended_at": "time",
+        "duration": "duration",
+        "progress_done": "float?",
+        "progress_total": "float?",
+        "progress_unit": "str",
+        "message": "str",
+        "failure_kind": "failure",
+        "failure_message": "str",
+        "executor": "str",
+        "pipeline_run_id": "str",
+        "tags": "tags",
+        "priority": "int",
+        "overridden": "bool",
+        "status_version": "int",
+    },
+    "attempts": {
+        "task_id": "str",
+        "name": "str",
+        "attempt": "int",
+        "started_at": "time",
+        "ended_at": "time",
+        "duration": "duration",
+        "outcome": "status",
+        "failure_kind": "failure",
+        "failure_message": "str",
+        "traceback": "str",
+        "executor": "str",
+        "abandoned": "bool",
+        "exit_code": "int?",
+    },
+    "transitions": {
+        "task_id": "str",
+        "name": "str",
+        "version": "int",
+        "from_status": "status",
+        "to_status": "status",
+        "trigger": "str",
+        "actor": "str",
+        "reason": "str",
+        "at": "time",
+        "override": "bool",
+    },
+}
+
+Typer = Callable[[Sequence[Any]], Any]
+
+#: How a column of each type is built from its values...
+_TYPERS: dict[str, Typer] = {
+    "str": _strings,
+    "status": lambda v: _cat(v, STATUS_DTYPE),
+    "failure": lambda v: _cat(v, FAILURE_DTYPE),
+    "int": lambda v: pd.Series(np.array(v, dtype="int64")),
+    "bool": lambda v: pd.Series(np.array(v, dtype="bool")),
+    "float?": lambda v: _nullable(v, "Float64"),
+    "int?": lambda v: _nullable(v, "Int64"),
+}
+#: ... read from records (times are datetimes, tags sets) ...
+_FROM_RECORDS = {**_TYPERS, "time": _times, "tags": lambda v: _objects(map(sorted, v))}
+
+
+def _frame(
+    kind: str, values: Mapping[str, Sequence[Any]], typers: Mapping[str, Typer]
+) -> pd.DataFrame:
+    """The frame of ``kind`` from the values of each of its columns."""
+    cols: dict[str, Any] = {}
+    for name, typ in SCHEMA[kind].items():
+        if typ == "duration":
+            cols[name] = cols["ended_at"] - cols["started_at"]
+        else:
+            cols[name] = typers[typ](values[name])
+    return pd.DataFrame(cols)
+
+
+def _fields(records: Sequence[Any], names: Iterable[str]) -> dict[str, list[Any]]:
+    """The values of each attribute ``names`` of ``records``, by name."""
+    return {n: list(map(attrgetter(n), records)) for n in names}
+
+
+#: The columns read from a record's attribute of the same name.
+_SNAPSHOT_FIELDS = [
+    c
+    for c, t in SCHEMA["tasks"].items()
+    if t != "duration" and not c.startswith(("progress_", "failure_")) and c != "message"
+]
+_NAMED_FIELDS = {
+    kind: [c for c, t in SCHEMA[kind].items() if t != "duration" and c != "name"]
+    for kind in ("attempts", "transitions")
+}
+#: The fields of a controller history row (``control.book.history_row``): those of a
+#: Transition but its task_id, in order.
+HISTORY_ROW = tuple(f.name for f in fields(Transition))[1:]
+
+
 def snapshots_frame(snaps: Iterable[TaskSnapshot]) -> pd.DataFrame:
     snaps = list(snaps)
-    started = _times([s.started_at for s in snaps])
-    ended = _times([s.ended_at for s in snaps])
     prog = [s.progress for s in snaps]
     fail = [s.failure for s in snaps]
-    df = pd.DataFrame(
-        {
-            "task_id": _strings([s.task_id for s in snaps]),
-            "name": _strings([s.name for s in snaps]),
-            "status": _cat([s.status for s in snaps], STATUS_DTYPE),
-            "attempt": pd.Series([s.attempt for s in snaps], dtype="int64"),
-            "max_attempts": pd.Series([s.max_attempts for s in snaps], dtype="int64"),
-            "created_at": _times([s.created_at for s in snaps]),
-            "queued_at": _times([s.queued_at for s in snaps]),
-            "started_at": started,
-            "ended_at": ended,
-            "duration": ended - started,
-            "progress_done": pd.Series([p.done if p else None for p in prog], dtype="Float64"),
-            "progress_total": pd.Series([p.total if p else None for p in prog], dtype="Float64"),
-            "progress_unit": _strings([p.unit if p else None for p in prog]),
-            "message": _strings([p.message if p else None for p in prog]),
-            "failure_kind": _cat([f.kind if f else None for f in fail], FAILURE_DTYPE),
-            "failure_message": _strings([f.message if f else None for f in fail]),
-            "executor": _strings([s.executor for s in snaps]),
-            "pipeline_run_id": _strings([s.pipeline_run_id for s in snaps]),
-            "tags": pd.Series([sorted(s.tags) for s in snaps], dtype="object"),
-            "priority": pd.Series([s.priority for s in snaps], dtype="int64"),
-            "overridden": pd.Series([s.overridden for s in snaps], dtype="bool"),
-            "status_version": pd.Series([s.status_version for s in snaps], dtype="int64"),
-        }
-    )
-    return df
+    values = _fields(snaps, _SNAPSHOT_FIELDS)
+    values["progress_done"] = [p.done if p else None for p in prog]
+    values["progress_total"] = [p.total if p else None for p in prog]
+    values["progress_unit"] = [p.unit if p else None for p in prog]
+    values["message"] = [p.message if p else None for p in prog]
+    values["failure_kind"] = [f.kind if f else None for f in fail]
+    values["failure_message"] = [f.message if f else None for f in fail]
+    return _frame("tasks", values, _FROM_RECORDS)
 
 
 def attempts_frame(
     records: Iterable[AttemptRecord], names: Mapping[str, str] | None = None
 ) -> pd.DataFrame:
-    recs = list(records)
-    names = names or {}
-    started = _times([r.started_at for r in recs])
-    ended = _times([r.ended_at for r in recs])
-    return pd.DataFrame(
-        {
-            "task_id": _strings([r.task_id for r in recs]),
-            "name": _strings([names.get(r.task_id) for r in recs]),
-            "attempt": pd.Series([r.attempt for r in recs], dtype="int64"),
-            "started_at": started,
-            "ended_at": ended,
-            "duration": ended - started,
-            "outcome": _cat([r.outcome for r in recs], STATUS_DTYPE),
-            "failure_kind": _cat([r.failure_kind for r in recs], FAILURE_DTYPE),
-            "failure_message": _strings([r.failure_message for r in recs]),
-            "traceback": _strings([r.traceback for r in recs]),
-            "executor": _strings([r.executor for r in recs]),
-            "abandoned": pd.Series([r.abandoned for r in recs], dtype="bool"),
-            "exit_code": pd.Series([r.exit_code for r in recs], dtype="Int64"),
-        }
-    )
+    return _named_frame("attempts", list(records), names)
 
 
 def transitions_frame(
     transitions: Iterable[Transition], names: Mapping[str, str] | None = None
 ) -> pd.DataFrame:
-    trs = list(transitions)
-    return _transitions_columns(
-        [t.task_id for t in trs],
-        [t.from_status for t in trs],
-        [t.to_status for t in trs],
-        [t.trigger for t in trs],
-        [t.actor for t in trs],
-        [t.reason for t in trs],
-        [t.at for t in trs],
-        [t.version for t in trs],
-        [t.override for t in trs],
-        names,
-    )
+    return _named_frame("transitions", list(transitions), names)
+
+
+def _named_frame(
+    kind: str, records: Sequence[Any], names: Mapping[str, str] | None
+) -> pd.DataFrame:
+    """The frame of ``kind`` of records of tasks (a ``task_id`` each), its "name"
+    column the task's name in ``names``."""
+    values = _fields(records, _NAMED_FIELDS[kind])
+    values["name"] = [(names or {}).get(r.task_id) for r in records]
+    return _frame(kind, values, _FROM_RECORDS)
 
 
 def history_rows_frame(
@@ -179,37 +247,10 @@ def history_rows_frame(
     override)`` with statuses as their values. No Transition object is built per row."""
     ids = [tid for tid, rows in tasks for _ in rows]
     flat = [r for _, rows in tasks for r in rows]
-    f, to, trigger, actor, reason, at, version, override = ([r[k] for r in flat] for k in range(8))
-    return _transitions_columns(ids, f, to, trigger, actor, reason, at, version, override, names)
-
-
-def _transitions_columns(
-    task_ids: Sequence[str],
-    from_status: Sequence[Any],
-    to_status: Sequence[Any],
-    trigger: Sequence[str],
-    actor: Sequence[str],
-    reason: Sequence[str | None],
-    at: Sequence[Any],
-    version: Sequence[int],
-    override: Sequence[bool],
-    names: Mapping[str, str] | None,
-) -> pd.DataFrame:
-    names = names or {}
-    return pd.DataFrame(
-        {
-            "task_id": _strings(task_ids),
-            "name": _strings([names.get(t) for t in task_ids]),
-            "version": pd.Series(version, dtype="int64"),
-            "from_status": _cat(from_status, STATUS_DTYPE),
-            "to_status": _cat(to_status, STATUS_DTYPE),
-            "trigger": _strings(trigger),
-            "actor": _strings(actor),
-            "reason": _strings(reason),
-            "at": _times(at),
-            "override": pd.Series(override, dtype="bool"),
-        }
-    )
+    values = {name: [r[k] for r in flat] for k, name in enumerate(HISTORY_ROW)}
+    values["task_id"] = ids
+    values["name"] = [(names or {}).get(t) for t in ids]
+    return _frame("transitions", values, _FROM_RECORDS)
 
 
 # ------------------------------------------------------------ from store columns
@@ -252,7 +293,11 @@ def _nullable(values: Sequence[Any], dtype: str) -> pd.Series:
 
 def _tags(values: Sequence[str]) -> pd.Series:
     # stored sorted; most tasks have none
-    return pd.Series([[] if t == "[]" else json.loads(t) for t in values], dtype="object")
+    return _objects([] if t == "[]" else json.loads(t) for t in values)
+
+
+def _objects(values: Iterable[Any]) -> pd.Series:
+    return pd.Series(list(values), dtype="object")
 
 
 def _decoded(cols: dict[str, Any], raw: str, fields: Mapping[str, str]) -> None:
@@ -287,65 +332,8 @@ def frame_from_columns(kind: str, columns: Mapping[str, Sequence[Any]]) -> pd.Da
             },
         )
         _decoded(c, "failure_raw", {"failure_kind": "kind", "failure_message": "message"})
-        started, ended = _micros(c["started_at"]), _micros(c["ended_at"])
-        return pd.DataFrame(
-            {
-                "task_id": _strings(c["task_id"]),
-                "name": _strings(c["name"]),
-                "status": _cat(c["status"], STATUS_DTYPE),
-                "attempt": pd.Series(np.array(c["attempt"], dtype="int64")),
-                "max_attempts": pd.Series(np.array(c["max_attempts"], dtype="int64")),
-                "created_at": _micros(c["created_at"]),
-                "queued_at": _micros(c["queued_at"]),
-                "started_at": started,
-                "ended_at": ended,
-                "duration": ended - started,
-                "progress_done": _nullable(c["progress_done"], "Float64"),
-                "progress_total": _nullable(c["progress_total"], "Float64"),
-                "progress_unit": _strings(c["progress_unit"]),
-                "message": _strings(c["message"]),
-                "failure_kind": _cat(c["failure_kind"], FAILURE_DTYPE),
-                "failure_message": _strings(c["failure_message"]),
-                "executor": _strings(c["executor"]),
-                "pipeline_run_id": _strings(c["pipeline_run_id"]),
-                "tags": _tags(c["tags"]),
-                "priority": pd.Series(np.array(c["priority"], dtype="int64")),
-                "overridden": pd.Series(np.array(c["overridden"], dtype="bool")),
-                "status_version": pd.Series(np.array(c["status_version"], dtype="int64")),
-            }
-        )
-    if kind == "attempts":
-        started, ended = _micros(c["started_at"]), _micros(c["ended_at"])
-        return pd.DataFrame(
-            {
-                "task_id": _strings(c["task_id"]),
-                "name": _strings(c["name"]),
-                "attempt": pd.Series(np.array(c["attempt"], dtype="int64")),
-                "started_at": started,
-                "ended_at": ended,
-                "duration": ended - started,
-                "outcome": _cat(c["outcome"], STATUS_DTYPE),
-                "failure_kind": _cat(c["failure_kind"], FAILURE_DTYPE),
-                "failure_message": _strings(c["failure_message"]),
-                "traceback": _strings(c["traceback"]),
-                "executor": _strings(c["executor"]),
-                "abandoned": pd.Series(np.array(c["abandoned"], dtype="bool")),
-                "exit_code": _nullable(c["exit_code"], "Int64"),
-            }
-        )
-    if kind == "transitions":
-        return pd.DataFrame(
-            {
-                "task_id": _strings(c["task_id"]),
-                "name": _strings(c["name"]),
-                "version": pd.Series(np.array(c["version"], dtype="int64")),
-                "from_status": _cat(c["from_status"], STATUS_DTYPE),
-                "to_status": _cat(c["to_status"], STATUS_DTYPE),
-                "trigger": _strings(c["trigger"]),
-                "actor": _strings(c["actor"]),
-                "reason": _strings(c["reason"]),
-                "at": _micros(c["at"]),
-                "override": pd.Series(np.array(c["override"], dtype="bool")),
-            }
-        )
-    raise ValueError(f"unknown frame kind {kind!r}; use tasks, attempts or transitions")
+    return _frame(kind, c, _FROM_COLUMNS)
+
+
+#: ... and from the columns a SQL store read (times are epoch microseconds, tags JSON).
+_FROM_COLUMNS = {**_TYPERS, "time": _micros, "tags": _tags}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import get_args
 
 from chongming_nb.control.bus import RunNote
 from chongming_nb.core.events import Event
@@ -127,17 +128,4 @@ StoreMarker = Unfence | RetryHeld
 Outgoing = StoreWrite | StoreMarker | Event | RunNote
 
 #: The classes of StoreWrite (the recorder tells writes from events by them).
-STORE_WRITES: frozenset[type] = frozenset(
-    {
-        CreateTask,
-        SaveSnapshot,
-        SaveAttempt,
-        ClearAttempts,
-        KeepRecord,
-        TouchProgress,
-        TouchHeartbeat,
-        TouchLease,
-        AppendLog,
-        TrimLogs,
-    }
-)
+STORE_WRITES: frozenset[type] = frozenset(get_args(StoreWrite))
