@@ -45,6 +45,7 @@ export class RunGraphPanel extends Widget {
   private _inFlight: Promise<void> | null = null;
   private _timer: ReturnType<typeof setTimeout> | null = null;
   private _loads = 0;
+  private _fittedShown = false;
 
   constructor(options: RunGraphPanelOptions) {
     super();
@@ -116,7 +117,12 @@ export class RunGraphPanel extends Widget {
   }
 
   protected onAfterShow(): void {
-    this.view.fit(false);
+    // laid out while its tab was hidden (no width yet): fit once it shows; later shows
+    // keep the user's zoom and pan
+    if (!this._fittedShown && this._graph !== null) {
+      this._fittedShown = true;
+      this.view.fit(false);
+    }
   }
 
   private _show(graph: RunGraphResponse | null, error: string | null): void {
@@ -136,6 +142,9 @@ export class RunGraphPanel extends Widget {
     this._head.textContent = `${graph.title ?? `run ${graph.name}`} · ${graph.status} · ${n} step${n === 1 ? '' : 's'}`;
     this.title.label = `Run graph: ${graph.name}`;
     this.view.setSpec(graph);
+    if (this.isVisible) {
+      this._fittedShown = true; // setSpec fitted it at its width
+    }
   }
 
   private _onModelChanged(): void {
