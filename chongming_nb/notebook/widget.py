@@ -677,6 +677,7 @@ class TaskTable(anywidget.AnyWidget):
                 keys.pop(tid, None)
                 self._rates.forget(tid)
                 self._can_cache.pop(tid, None)
+            recount = recount or hidden_changed
             if recount or upsert or remove:
                 self._snapshot_stale = True
             if settled and self._display_ids:

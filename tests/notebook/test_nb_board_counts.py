@@ -177,3 +177,25 @@ def test_the_older_line_reads_as_the_front_end_writes_it() -> None:
     )
     assert hidden_text({"stopped": 1}, "x") == "1 older finished task not shown — x"
     assert hidden_text({}, "x") is None
+
+
+def test_a_task_that_left_memory_alone_before_its_first_flush_moves_the_summary() -> None:
+    """The patch holds nothing else: the count alone changes, and the patch says so."""
+    ctl = cn.Controller(executor="inline", history=cn.HistoryLimits(memory_finished_tasks=1))
+    try:
+        with recording_comms():
+            board = TaskTable(ctl, kind="board", filter={"name_prefix": "a"}, autoflush=False)
+            ctl.submit(ok, 0, name="a0").wait(timeout=30)
+            ctl.flush()
+            board.flush(force=True)
+            assert patches(board)[-1]["summary"] == {"succeeded": 1}
+            ctl.submit(ok, 1, name="a1").wait(timeout=30)
+            ctl.submit(ok, 2, name="b1").wait(timeout=30)  # (a1 leaves memory; not ours)
+            ctl.flush()
+            board.flush(force=True)
+            last = patches(board)[-1]
+            assert last["upsert"] == last["update"] == last["remove"] == []
+            assert last["summary"] == {"succeeded": 2} and last["hidden"] == {"succeeded": 1}
+            board.close()
+    finally:
+        ctl.close()
