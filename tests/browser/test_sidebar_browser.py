@@ -412,3 +412,49 @@ def test_sidebar_windows_a_long_list_and_patches_rows_in_place(jupyter_lab: Any,
     assert row.locator("b").count() == 0
     assert offers(row, "retry")
     check(settled("0"))
+
+
+PAUSE_LATER = (
+    "time.sleep(3.5)\n"
+    "ctl.pause(h.id)\n"
+    "t0 = time.time()\n"
+    "while ctl.get(h.id).status.value != 'paused' and time.time() - t0 < 60:\n"
+    "    time.sleep(0.05)\n"
+    "print('NOW', ctl.get(h.id).status.value)\n"
+)
+
+
+def test_a_paused_tasks_elapsed_time_reads_the_same_in_the_sidebar_and_on_its_row(
+    jupyter_lab: Any, notebook: Any, page: Any
+) -> None:
+    """Each view froze a paused row's clock when it first drew it paused: the board heard
+    of the pause at once, the sidebar through the store ~1 s later, and the two read one
+    second apart. Both now count to the row's ``frozen`` instant (the transition's time)."""
+    forget_workspace(jupyter_lab)
+    nb = notebook("paused.ipynb", [submit_cell("pausing") + "h\n", PAUSE_LATER, "ctl.stop(h.id)"])
+    nb.run(0)
+    tid = task_id_from(nb)
+    nb.run(1)
+    assert "NOW paused" in nb.wait_output(1, "NOW")
+    page.evaluate("() => window.jupyterapp.commands.execute('chongming:open-tasks')")
+    panel = page.locator(PANEL)
+    panel.wait_for(state="visible")
+    side = panel.locator(f'li.cm-Row[data-task-id="{tid}"]')
+    side.wait_for()
+    board = nb.cell(0).locator(".cn-item").first
+    page.wait_for_function(
+        f"""() => {{
+            const s = document.querySelector('{PANEL} li.cm-Row[data-task-id="{tid}"]');
+            const b = document.querySelectorAll('.jp-Notebook .jp-Cell')[0]
+                .querySelector('.cn-item');
+            const st = (n) => n && n.querySelector('.cm-Row-status').textContent.trim();
+            return st(s) === 'paused' && st(b) === 'paused';
+        }}""",
+        timeout=30_000,
+    )
+    # the elapsed part of `elapsed<remaining`
+    side_elapsed = side.locator(".cm-Row-times").inner_text().split("<")[0]
+    board_elapsed = board.locator(".cm-Row-times").inner_text().split("<")[0]
+    assert int(side_elapsed.split("s", 1)[0]) >= 3, side_elapsed  # paused 3.5 s in
+    assert side_elapsed == board_elapsed
+    nb.run(2)
