@@ -302,8 +302,8 @@ class Launcher:
             t, attempt = launch.task, launch.request.attempt
             try:
                 snap = store.get(tid)
-            except Exception as exc:  # unreadable now: next time
-                log.warning("reading task %s back before its launch failed: %s", tid, exc)
+            except Exception as exc:  # unreadable now (health() tells): next tick
+                log.debug("reading task %s back before its launch failed: %s", tid, exc)
                 continue
             if snap is None or snap.status_version < version or snap.status in TERMINAL:
                 continue  # not written yet; or settled first: converging adopts it
