@@ -14,9 +14,8 @@
  * the node's status and the verbs its row allows now (which the host sends through the
  * table's own verb path). Every user string goes into the DOM as text.
  */
-import dagre from '@dagrejs/dagre';
-
 import { ControlVerb, STATUS_LABELS, STATUS_TONES, TaskRow, TaskStatus, VERB_LABELS, VERB_TIPS, isTerminal } from './contract';
+import { Layout, LayoutInput, NODE_H, NODE_W, Placed, layoutGraph, structureKey } from './layout';
 import { allowedVerbs } from './row';
 
 /** One node as the kernel describes it (`chongming_nb/notebook/run_graph.py`). */
@@ -56,8 +55,9 @@ export interface GraphHost {
   disconnected?(): boolean;
 }
 
-export const NODE_W = 170;
-export const NODE_H = 46;
+export { NODE_H, NODE_W, ORDER_SWEEPS_MAX_NODES, layoutGraph, structureKey } from './layout';
+export type { Layout, LayoutInput, Placed } from './layout';
+
 const MAX_H = 460; // px: the graph's viewport at most
 const MIN_READABLE = 0.6; // the first view never shrinks text below this scale
 const SVG_NS = 'http://www.w3.org/2000/svg';
@@ -76,50 +76,160 @@ function html<K extends keyof HTMLElementTagNameMap>(tag: K, cls = '', text = ''
   return node;
 }
 
-export interface Placed {
-  x: number; // top-left
-  y: number;
+// ------------------------------------------------------------------ layouts, once per structure
+/**
+ * A layout depends only on the structure (node names and dependencies), so it is kept by
+ * `structureKey`: a status change, a node's task created, a map expanded, a second view
+ * of the same run (the sidebar's, a re-rendered output) never lay out again. Graphs of
+ * `WORKER_MIN_NODES` nodes or more are laid out in a worker (`layout-worker.ts`, started
+ * from the source the widget and pictures bundles carry) while the view shows a
+ * placeholder, so the page never freezes; without a worker (the JupyterLab extension's
+ * bundle, a test), or when it fails, they are laid out at once on the main thread.
+ */
+export const WORKER_MIN_NODES = 40;
+const CACHE_SIZE = 16;
+
+/** What the view needs of a worker (a test passes its own). */
+export interface LayoutWorker {
+  postMessage(msg: unknown): void;
+  onmessage: ((ev: MessageEvent) => void) | null;
+  onerror: ((ev: any) => void) | null;
+  terminate(): void;
 }
 
-export interface Layout {
-  width: number;
-  height: number;
-  nodes: Map<string, Placed>;
-  /** Edge polylines, keyed `dep\u0000node`. */
-  edges: Map<string, { x: number; y: number }[]>;
-}
+// the worker's bundled source, put in by build-widget.mjs (absent from the tsc build)
+declare const __CN_LAYOUT_WORKER__: string | undefined;
 
-/** Lay `spec` out with dagre: every node right of its dependencies, edges routed. */
-export function layoutGraph(spec: GraphSpec): Layout {
-  const g = new dagre.graphlib.Graph();
-  // tight-tree ranking: about half the time of network-simplex on a 300-node graph, and
-  // still every node right of the nodes it depends on
-  g.setGraph({ rankdir: 'LR', ranker: 'tight-tree', nodesep: 16, ranksep: 56, edgesep: 8, marginx: 10, marginy: 14 });
-  g.setDefaultEdgeLabel(() => ({}));
-  const names = new Set(spec.nodes.map(n => n.name));
-  for (const n of spec.nodes) {
-    g.setNode(n.name, { width: NODE_W, height: NODE_H });
+function blobWorker(): LayoutWorker | null {
+  if (typeof __CN_LAYOUT_WORKER__ !== 'string' || typeof Worker === 'undefined' || typeof Blob === 'undefined') {
+    return null;
   }
-  for (const n of spec.nodes) {
-    for (const d of n.deps) {
-      if (names.has(d)) {
-        g.setEdge(d, n.name);
-      }
+  // the URL stays valid for the page's life: one worker per page
+  return new Worker(URL.createObjectURL(new Blob([__CN_LAYOUT_WORKER__], { type: 'text/javascript' })));
+}
+
+interface Pending {
+  resolve(lay: Layout): void;
+  reject(err: Error): void;
+}
+
+let makeWorker: () => LayoutWorker | null = blobWorker;
+let worker: { w: LayoutWorker; pending: Map<number, Pending> } | null | undefined;
+let nextId = 1;
+const cache = new Map<string, Layout>();
+const inflight = new Map<string, Promise<Layout>>();
+
+type Where = 'page' | 'worker';
+
+function counted(): { __cnGraphLayouts?: Record<Where, number> } {
+  const g = globalThis as { __cnGraphLayouts?: Record<Where, number> };
+  g.__cnGraphLayouts = g.__cnGraphLayouts || { page: 0, worker: 0 };
+  return g;
+}
+
+function count(where: Where): void {
+  (counted().__cnGraphLayouts as Record<Where, number>)[where] += 1;
+}
+
+/** How many layouts this page has run (`where`: on its main thread or in the worker; both
+ * by default), for tests: kept in `globalThis.__cnGraphLayouts`, shared by the bundles. */
+export function layoutCount(where?: Where): number {
+  const c = counted().__cnGraphLayouts as Record<Where, number>;
+  return where ? c[where] : c.page + c.worker;
+}
+
+/** Forget the kept layouts (a benchmark measures a first view each time). */
+export function clearLayoutCache(): void {
+  cache.clear();
+}
+
+/** Use `factory` for the layout worker (null: lay out on the main thread). */
+export function setLayoutWorker(factory: (() => LayoutWorker | null) | null): void {
+  worker?.w.terminate();
+  worker = undefined;
+  makeWorker = factory ?? (() => null);
+}
+
+function keep(key: string, lay: Layout): Layout {
+  cache.delete(key);
+  cache.set(key, lay);
+  while (cache.size > CACHE_SIZE) {
+    cache.delete(cache.keys().next().value as string);
+  }
+  return lay;
+}
+
+function layoutHere(spec: LayoutInput): Layout {
+  count('page');
+  return layoutGraph(spec);
+}
+
+function startWorker(): typeof worker {
+  if (worker === undefined) {
+    let w: LayoutWorker | null = null;
+    try {
+      w = makeWorker();
+    } catch {
+      w = null; // a page that forbids workers: lay out here
+    }
+    worker = w ? { w, pending: new Map() } : null;
+    if (worker) {
+      const live = worker;
+      live.w.onmessage = ev => {
+        const { id, layout, error } = ev.data as { id: number; layout?: Layout; error?: string };
+        const p = live.pending.get(id);
+        live.pending.delete(id);
+        if (p) {
+          layout ? p.resolve(layout) : p.reject(new Error(error || 'the layout failed'));
+        }
+      };
+      live.w.onerror = (ev: { message?: string } | undefined) => {
+        // the worker could not start (or died): every waiting graph is laid out here
+        console.warn(`chongming: the graph layout worker failed (${ev?.message || 'no message'}); laying out on the page`);
+        for (const p of live.pending.values()) {
+          p.reject(new Error('the layout worker failed'));
+        }
+        live.pending.clear();
+        live.w.terminate();
+        if (worker === live) {
+          worker = null;
+        }
+      };
     }
   }
-  dagre.layout(g);
-  const nodes = new Map<string, Placed>();
-  for (const name of g.nodes()) {
-    const p = g.node(name) as { x: number; y: number };
-    nodes.set(name, { x: p.x - NODE_W / 2, y: p.y - NODE_H / 2 });
+  return worker;
+}
+
+function inWorker(live: NonNullable<typeof worker>, spec: LayoutInput): Promise<Layout> {
+  const id = nextId++;
+  count('worker');
+  const input: LayoutInput = { nodes: spec.nodes.map(n => ({ name: n.name, deps: n.deps })) };
+  return new Promise<Layout>((resolve, reject) => {
+    live.pending.set(id, { resolve, reject });
+    live.w.postMessage({ id, spec: input });
+  });
+}
+
+/** The layout of `spec` (its structure is `key`): kept, computed now, or on its way. */
+function obtainLayout(key: string, spec: LayoutInput): Layout | Promise<Layout> {
+  const kept = cache.get(key);
+  if (kept) {
+    return keep(key, kept);
   }
-  const edges = new Map<string, { x: number; y: number }[]>();
-  for (const e of g.edges()) {
-    const pts = (g.edge(e) as { points?: { x: number; y: number }[] }).points || [];
-    edges.set(`${e.v}\u0000${e.w}`, pts);
+  const coming = inflight.get(key);
+  if (coming) {
+    return coming;
   }
-  const info = g.graph() as { width?: number; height?: number };
-  return { width: Math.max(info.width || 0, NODE_W + 20), height: Math.max(info.height || 0, NODE_H + 28), nodes, edges };
+  const live = spec.nodes.length >= WORKER_MIN_NODES ? startWorker() : null;
+  if (!live) {
+    return keep(key, layoutHere(spec));
+  }
+  const p = inWorker(live, spec)
+    .catch(() => layoutHere(spec))
+    .then(lay => keep(key, lay))
+    .finally(() => inflight.delete(key));
+  inflight.set(key, p);
+  return p;
 }
 
 /** What a node shows now: from its row when the table has it, else from the spec. */
@@ -179,10 +289,6 @@ export function nodeState(n: GraphNodeSpec, host: GraphHost): NodeState {
   return { status, tone, fraction, detail };
 }
 
-function structureKey(spec: GraphSpec): string {
-  return spec.nodes.map(n => `${n.name}\u0001${n.deps.join('\u0002')}`).join('\u0003');
-}
-
 function recordGraphTime(ms: number): void {
   const g = globalThis as any;
   (g.__cnGraphTimes = g.__cnGraphTimes || []).push(ms);
@@ -204,6 +310,8 @@ export class GraphView {
   private readonly _svg: SVGSVGElement;
   private readonly _world: SVGGElement;
   private readonly _panel: HTMLElement;
+  private readonly _wait: HTMLElement;
+  private _drawn: Promise<void> = Promise.resolve();
   private _spec: GraphSpec = { nodes: [] };
   private _key = '';
   private _layout: Layout | null = null;
@@ -254,7 +362,10 @@ export class GraphView {
     this._panel = html('div', 'cn-graph-panel');
     this._panel.setAttribute('role', 'status');
     this._panel.hidden = true;
-    this.el.append(tools, this._svg, this._panel);
+    this._wait = html('div', 'cn-graph-wait');
+    this._wait.setAttribute('role', 'status');
+    this._wait.hidden = true;
+    this.el.append(tools, this._wait, this._svg, this._panel);
     if (_interactive) {
       this._wirePanZoom();
     }
@@ -266,23 +377,66 @@ export class GraphView {
     return this._selected;
   }
 
-  /** The structure from the kernel; laid out again only when it changed. */
+  /** The structure from the kernel; laid out again only when it changed. A large graph is
+   * laid out off the main thread: a placeholder shows until it is drawn (`drawn()`). */
   setSpec(spec: GraphSpec | null | undefined): void {
     this._spec = spec && Array.isArray(spec.nodes) ? spec : { nodes: [] };
     this.el.hidden = this._spec.nodes.length === 0;
     this._svg.setAttribute('aria-label', this._spec.title || 'pipeline graph');
     const key = structureKey(this._spec);
-    if (key !== this._key) {
-      this._key = key;
-      const t0 = performance.now();
-      this._layout = layoutGraph(this._spec);
-      this._build();
+    if (key === this._key) {
       this.update();
-      this.fit(false);
-      recordGraphTime(performance.now() - t0);
-    } else {
-      this.update();
+      return;
     }
+    this._key = key;
+    const t0 = performance.now();
+    const got = obtainLayout(key, this._spec);
+    if (!(got instanceof Promise)) {
+      this._draw(got, t0);
+      this._drawn = Promise.resolve();
+      return;
+    }
+    this._layout = null;
+    this._world.replaceChildren();
+    this._refs.clear();
+    this._edgeEls.clear();
+    this._wait.textContent = `laying out ${this._spec.nodes.length} nodes…`;
+    this._wait.hidden = false;
+    this._svg.style.display = 'none';
+    this.el.dataset.layout = 'pending';
+    this._drawn = got.then(
+      lay => {
+        if (this._key === key) {
+          this._draw(lay, t0);
+        }
+      },
+      err => {
+        if (this._key === key) {
+          this._wait.textContent = `the graph could not be laid out: ${String(err?.message ?? err)}`;
+          this.el.dataset.layout = 'failed';
+        }
+      }
+    );
+  }
+
+  /** Resolves once the structure given last is drawn (at once for a small graph). */
+  drawn(): Promise<void> {
+    return this._drawn;
+  }
+
+  private _draw(lay: Layout, t0: number): void {
+    this._layout = lay;
+    this._wait.hidden = true;
+    this._svg.style.display = '';
+    // the view's width read before the nodes exist: the style and layout it forces are of
+    // an empty drawing, not of thousands of new elements (drawn once, by the next frame)
+    const width = this._interactive ? this._viewWidth() : undefined;
+    this._world.replaceChildren();
+    this._build();
+    this.update();
+    this.fit(false, width);
+    this.el.dataset.layout = 'done';
+    recordGraphTime(performance.now() - t0);
   }
 
   private _build(): void {
@@ -408,7 +562,8 @@ export class GraphView {
 
   /** Select a node (null: none). From a click, the host is told. */
   select(name: string | null, fromUser = false): void {
-    this._selected = name && this._refs.has(name) ? name : null;
+    // a node of the spec (also while its layout is on its way: drawn selected then)
+    this._selected = name && this._spec.nodes.some(n => n.name === name) ? name : null;
     this.update();
     if (fromUser && this._host.onSelect && this._selected) {
       const n = this._spec.nodes.find(x => x.name === this._selected);
@@ -465,11 +620,8 @@ export class GraphView {
     this.el.dataset.zoom = this._k.toFixed(3);
   }
 
-  private _viewSize(): { w: number; h: number } {
-    const lay = this._layout;
-    const w = this._svg.clientWidth || this.el.clientWidth || 900;
-    const h = lay ? Math.min(MAX_H, Math.ceil(lay.height * (this._interactive ? Math.max(this._fitScale(w), MIN_READABLE) : 1))) : 0;
-    return { w, h };
+  private _viewWidth(): number {
+    return this._svg.clientWidth || this.el.clientWidth || 900;
   }
 
   private _fitScale(w: number): number {
@@ -481,7 +633,7 @@ export class GraphView {
   }
 
   /** Fit the graph in view; on the first view never below a readable scale. */
-  fit(all: boolean): void {
+  fit(all: boolean, width?: number): void {
     const lay = this._layout;
     if (!lay) {
       return;
@@ -492,7 +644,7 @@ export class GraphView {
       this._svg.setAttribute('viewBox', `0 0 ${Math.ceil(lay.width)} ${Math.ceil(lay.height)}`);
       return;
     }
-    const { w } = this._viewSize();
+    const w = width ?? this._viewWidth();
     const k = this._fitScale(w);
     this._k = all ? k : Math.max(k, MIN_READABLE);
     const h = Math.min(MAX_H, Math.ceil(lay.height * this._k));

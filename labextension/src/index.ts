@@ -19,6 +19,7 @@ import { Signal } from '@lumino/signaling';
 import { TasksClient } from './api';
 import { ControlVerb } from './contract';
 import { TaskModel } from './model';
+import { useLabLayoutWorker } from './lab-worker';
 import { watchEnds } from './notify-lab';
 import { NotebookLookup, SNAPSHOT_RANK, snapshotFactory } from './snapshot';
 import { TIMELINE_MIME } from './timeline';
@@ -72,6 +73,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     settings: ISettingRegistry | null,
     rendermime: IRenderMimeRegistry | null
   ) => {
+    useLabLayoutWorker(); // large run graphs are laid out off the main thread
     // saved task tables: the snapshot, or the live widget while its model lives
     const lookup: NotebookLookup = node => {
       const panel: NotebookPanel | null | undefined = notebooks?.find(p => p.node.contains(node));

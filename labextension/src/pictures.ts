@@ -4,4 +4,4 @@
  * them in Chromium): the canvas timeline and the run graph with its dagre layout.
  */
 export { TIMELINE_MIME, TimelineView, renderTimeline } from './timeline';
-export { GraphView, layoutGraph, renderStaticGraph } from './graph';
+export { GraphView, clearLayoutCache, layoutCount, layoutGraph, renderStaticGraph } from './graph';

@@ -87,8 +87,10 @@ function savedContext(at: number | null): RowContext {
   };
 }
 
-/** Draw the snapshot into `node` (replacing what is there), one row as in the live view. */
-export function renderSnapshot(node: HTMLElement, data: SnapshotData): void {
+/** Draw the snapshot into `node` (replacing what is there), one row as in the live view;
+ * with its run's graph unless `graph` is false (the renderer leaves it out while the live
+ * view, which draws its own, hides the snapshot). */
+export function renderSnapshot(node: HTMLElement, data: SnapshotData, graph = true): void {
   node.replaceChildren();
   const rows = Array.isArray(data.rows) ? data.rows : [];
   const head = el('div', 'cn-saved-head');
@@ -104,7 +106,7 @@ export function renderSnapshot(node: HTMLElement, data: SnapshotData): void {
     el('span', 'cn-saved-note', ` · saved state as of ${formatClock(data.at, true)}, not live`)
   );
   node.appendChild(head);
-  if (data.graph && Array.isArray(data.graph.nodes) && data.graph.nodes.length) {
+  if (graph && data.graph && Array.isArray(data.graph.nodes) && data.graph.nodes.length) {
     renderStaticGraph(node, data.graph, new Map());
   }
   const list = el('div', 'cm-Rows cn-saved-rows');
@@ -142,7 +144,11 @@ export class SnapshotRenderer extends Panel implements IRenderMime.IRenderer {
     // JupyterLab calls this again on the same renderer when the kernel updates the
     // output (update_display_data): the snapshot is redrawn, the live view kept
     const data = model.data[this._mimeType] as unknown as SnapshotData;
-    renderSnapshot(this._static.node, data);
+    // while the live view shows, the kernel's updates of the output (every few seconds in
+    // a live run) leave the hidden snapshot's graph out: a 300-node drawing is not free
+    this._data = data;
+    this._graphDrawn = !this._isLive;
+    renderSnapshot(this._static.node, data, this._graphDrawn);
     const view = model.trusted ? (model.data[WIDGET_MIME] as { model_id?: string } | undefined) : undefined;
     const modelId = view?.model_id ?? null;
     if (modelId !== null && modelId === this._modelId) {
@@ -179,6 +185,14 @@ export class SnapshotRenderer extends Panel implements IRenderMime.IRenderer {
       this._view = null;
     }
     this._isLive = false;
+    this._showStatic();
+  }
+
+  private _showStatic(): void {
+    if (!this._graphDrawn && this._data) {
+      this._graphDrawn = true;
+      renderSnapshot(this._static.node, this._data);
+    }
     this._static.show();
   }
 
@@ -219,7 +233,7 @@ export class SnapshotRenderer extends Panel implements IRenderMime.IRenderer {
         this._static.hide();
       } else {
         view.hide();
-        this._static.show();
+        this._showStatic();
       }
     };
     this._observer = new MutationObserver(update);
@@ -235,6 +249,8 @@ export class SnapshotRenderer extends Panel implements IRenderMime.IRenderer {
   }
 
   private readonly _static = new Widget();
+  private _data: SnapshotData | null = null;
+  private _graphDrawn = false;
   private _view: IRenderMime.IRenderer | null = null;
   private _modelId: string | null = null;
   private _pending: IRenderMime.IMimeModel | null = null;

@@ -153,6 +153,40 @@ describe('the renderer', () => {
     r.dispose();
   });
 
+  it("leaves the hidden snapshot's graph out while the live view shows, and draws it when the snapshot shows again", async () => {
+    const view = new FakeView();
+    const rendermime = { mimeTypes: [WIDGET_MIME, SNAPSHOT_MIME], createRenderer: () => view };
+    const r = new SnapshotRenderer(() => ({ rendermime: rendermime as never, ready: Promise.resolve() }));
+    Widget.attach(r, document.body);
+    const withGraph = (status: string) => ({
+      data: {
+        [SNAPSHOT_MIME]: {
+          ...data([srow()]),
+          graph: { nodes: [{ name: 'load', deps: [], join: 'all_succeeded', condition: false, compensate: false, is_map: false, task: null, status }] }
+        } as never,
+        [WIDGET_MIME]: { model_id: 'm1' }
+      },
+      metadata: {},
+      trusted: true,
+      setData: () => undefined
+    });
+    const drawn = () => [...r.node.querySelectorAll<SVGGElement>('.cn-saved-static .cn-graph-node')].map(g => g.dataset.status);
+    await r.renderModel(withGraph('running') as never);
+    expect(drawn()).toEqual(['running']); // the snapshot shows until the view has an element
+    view.node.appendChild(document.createElement('div'));
+    await new Promise(resolve => setTimeout(resolve, 5));
+    expect(r.live).toBe(true);
+    await r.renderModel(withGraph('succeeded') as never); // the kernel updates the output
+    expect(drawn()).toEqual([]);
+    expect(r.node.querySelector('.cn-saved-row')).not.toBeNull(); // the rows are kept current
+    view.node.replaceChildren(); // the view loses its element: the snapshot, with its graph
+    await new Promise(resolve => setTimeout(resolve, 5));
+    expect(r.live).toBe(false);
+    expect(drawn()).toEqual(['succeeded']);
+    Widget.detach(r);
+    r.dispose();
+  });
+
   it('never asks for a live view of an untrusted output', async () => {
     let asked = 0;
     const rendermime = {

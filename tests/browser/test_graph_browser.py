@@ -164,3 +164,64 @@ def test_a_runs_graph_is_live_selects_rows_pauses_and_is_saved(
     for name, status in final.items():
         assert f'data-node="{name}" data-status="{status}"' in exported
     print("screenshots:", tmp_path)
+
+
+BIG = """\
+import threading
+import chongming_nb as cn
+ctl = cn.Controller()
+gate = threading.Event()
+pipe = cn.Pipeline("warehouse")
+config = pipe.add(lambda ctx: gate.wait(300), name="config")
+loads = []
+for i in range(60):  # per source table a chain of four steps
+    prev = config
+    for step in ("extract", "clean", "validate", "load"):
+        prev = pipe.add(lambda ctx: 1, deps=[prev], name=f"{step}_{i:02d}")
+    loads.append(prev)
+marts = [pipe.add(lambda ctx: 1, deps=loads[i % 60 : i % 60 + 3], name=f"mart_{i:02d}")
+         for i in range(0, 120, 3)]
+reports = [pipe.add(lambda ctx: 1, deps=marts[i : i + 3], name=f"report_{i:02d}")
+           for i in range(0, 40, 3)]
+dashboards = [pipe.add(lambda ctx: 1, deps=reports[i : i + 4], name=f"dashboard_{i}")
+              for i in range(0, 14, 4)]
+pipe.add(lambda ctx: 1, deps=dashboards, name="notify")
+run = pipe.submit(ctl)
+print("NODES", len(run.graph_spec()["nodes"]))
+run
+"""
+
+LAYOUTS = "() => window.__cnGraphLayouts || { page: 0, worker: 0 }"
+
+
+# a 300-task run in a loaded kernel: a watchdog, not a timed assertion
+@pytest.mark.timeout(600)
+def test_a_300_node_run_is_laid_out_once_in_the_worker_and_stays_live(notebook: Any) -> None:
+    release = "gate.set(); run.wait(300); print('RUN', run.status.value)"
+    nb = notebook("big-graph.ipynb", [BIG, release])
+    nb.run(0)
+    total = int(nb.wait_output(0, "NODES").split("NODES")[1].split()[0])
+    cell = nb.cell(0)
+    # every node drawn, laid out off the page's main thread
+    nb.page.wait_for_function(
+        """(n) => document.querySelectorAll('.jp-Cell')[0]
+            .querySelectorAll('.cn-root .cn-graph-node').length === n""",
+        arg=total,
+        timeout=120_000,
+    )
+    assert cell.locator(".cn-root .cn-graph-view").get_attribute("data-layout") == "done"
+    assert not cell.locator(".cn-root .cn-graph-wait").is_visible()
+    # (the widget's bundle and the extension's, which drew the saved snapshot first, each
+    # laid it out once in their worker)
+    first = nb.page.evaluate(LAYOUTS)
+    assert first["page"] == 0 and first["worker"] >= 1, first
+    assert nodes(nb)["config"] == "running"
+
+    # the whole run's status changes restyle the nodes; none lays the graph out again
+    nb.run(1)
+    assert "RUN succeeded" in nb.wait_output(1, "RUN", timeout=300_000)
+    nb.page.wait_for_function(
+        f"""() => Object.values(({NODES})()).every(s => s === 'succeeded')""", timeout=60_000
+    )
+    assert len(nodes(nb)) == total
+    assert nb.page.evaluate(LAYOUTS) == first
