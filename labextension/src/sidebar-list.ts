@@ -82,6 +82,13 @@ export class TaskPager {
     return this._inflight !== null;
   }
 
+  /** Resolves once no request is queued or on its way. */
+  async idle(): Promise<void> {
+    while (this._inflight !== null) {
+      await this._inflight;
+    }
+  }
+
   get error(): string | null {
     return this._error;
   }
@@ -169,6 +176,11 @@ export class TaskPager {
     return row.created !== null && row.created >= last.created;
   }
 
+  /**
+   * Queue a request: one at a time per listing (a text that matches few tasks may read
+   * the whole store), and one superseded by a newer filter or reload before its turn is
+   * never sent; an answer that arrives superseded is dropped.
+   */
   private _load(after: string | null, limit: number, replace: boolean): Promise<void> {
     const generation = ++this._generation;
     const query = tasksQuery({
@@ -177,42 +189,50 @@ export class TaskPager {
       limit,
       after
     });
-    const run = async (): Promise<void> => {
-      let answer: TasksResponse;
-      try {
-        answer = await this._client.listTasks(query);
-      } catch (error) {
-        if (generation === this._generation) {
-          this._error = describe(error);
+    this._pending += 1;
+    const step = this._chain
+      .then(() => (generation === this._generation ? this._send(generation, query, replace) : undefined))
+      .finally(() => {
+        this._pending -= 1;
+        if (this._pending === 0) {
           this._inflight = null;
-          this._changed.emit();
         }
-        return;
-      }
-      if (generation !== this._generation) {
-        return; // a newer filter or reload answered for this listing
-      }
-      if (replace) {
-        this._rows.clear();
-      }
-      for (const row of answer.tasks) {
-        this._rows.set(row.id, row);
-      }
-      this._last = answer.tasks.length > 0 ? answer.tasks[answer.tasks.length - 1] : this._last;
-      if (replace && answer.tasks.length === 0) {
-        this._last = null;
-      }
-      this._next = answer.next ?? null;
-      this._counts = answer.counts ?? null;
-      this._totals = answer.totals ?? this._totals;
-      this._loaded = true;
-      this._error = null;
-      this._inflight = null;
-      this._changed.emit();
-    };
-    this._inflight = run();
+        this._changed.emit();
+      });
+    this._chain = step.catch(() => undefined);
+    this._inflight = step;
     this._changed.emit();
-    return this._inflight;
+    return step;
+  }
+
+  private async _send(generation: number, query: string, replace: boolean): Promise<void> {
+    let answer: TasksResponse;
+    try {
+      answer = await this._client.listTasks(query);
+    } catch (error) {
+      if (generation === this._generation) {
+        this._error = describe(error);
+      }
+      return;
+    }
+    if (generation !== this._generation) {
+      return; // a newer filter or reload is on its way
+    }
+    if (replace) {
+      this._rows.clear();
+      this._last = null;
+    }
+    for (const row of answer.tasks) {
+      this._rows.set(row.id, row);
+    }
+    if (answer.tasks.length > 0) {
+      this._last = answer.tasks[answer.tasks.length - 1];
+    }
+    this._next = answer.next ?? null;
+    this._counts = answer.counts ?? null;
+    this._totals = answer.totals ?? this._totals;
+    this._loaded = true;
+    this._error = null;
   }
 
   private _filter: ServerFilter = NO_SERVER_FILTER;
@@ -224,6 +244,8 @@ export class TaskPager {
   private _counts: Record<string, number> | null = null;
   private _totals: Record<string, number> | null = null;
   private _generation = 0;
+  private _pending = 0;
+  private _chain: Promise<void> = Promise.resolve();
   private _inflight: Promise<void> | null = null;
   private _changed = new Signal<this, void>(this);
 }

@@ -59,6 +59,32 @@ class PagingClient implements ITasksClient {
   }
 }
 
+/** The same, but its answers wait until `open()`. */
+class GatedClient extends PagingClient {
+  private _release: () => void = () => undefined;
+  private _gate: Promise<void> = new Promise(resolve => (this._release = resolve));
+  private _waiters: (() => void)[] = [];
+
+  open(): void {
+    this._release();
+  }
+
+  /** Resolves once `n` requests were sent. */
+  asked(n: number): Promise<void> {
+    return new Promise(resolve => {
+      const check = (): void => (this.queries.length >= n ? resolve() : void this._waiters.push(check));
+      check();
+    });
+  }
+
+  async listTasks(query = ''): Promise<TasksResponse> {
+    const answer = super.listTasks(query);
+    this._waiters.splice(0).forEach(w => w());
+    await this._gate;
+    return answer;
+  }
+}
+
 function countOf(rows: ListingRow[]): Record<string, number> {
   const out: Record<string, number> = {};
   for (const r of rows) {
@@ -84,11 +110,9 @@ function history(n: number): ListingRow[] {
   );
 }
 
-/** Let every pending answer of the fake client arrive. */
-async function settle(): Promise<void> {
-  for (let i = 0; i < 5; i++) {
-    await Promise.resolve();
-  }
+/** Let the panel's listing answer what it asked (and the model's listing arrive). */
+async function settle(panel: TasksPanel): Promise<void> {
+  await panel.pager.idle();
 }
 
 describe('TaskPager', () => {
@@ -116,12 +140,17 @@ describe('TaskPager', () => {
     expect(pager.size).toBe(500);
   });
 
-  it('asks the server for a filter and drops an answer for the filter before it', async () => {
-    const client = new PagingClient(history(1000));
+  it('asks the server for a filter, one request at a time, never sending a superseded one', async () => {
+    const client = new GatedClient(history(1000));
     const pager = new TaskPager(client, { pageSize: 50 });
-    const stale = pager.setFilter({ statuses: [], text: '' });
+    const first = pager.setFilter({ statuses: [], text: '' });
+    await client.asked(1); // on its way: the next filters wait for it
+    const typed = pager.setFilter({ statuses: ['failed'], text: 'LO' });
     const failed = pager.setFilter({ statuses: ['failed'], text: ' LOAD ' });
-    await Promise.all([stale, failed]);
+    expect(client.queries.length).toBe(1);
+    client.open();
+    await Promise.all([first, typed, failed]);
+    expect(client.queries.length).toBe(2); // 'LO' was superseded before its turn
     const q = client.queries[1];
     expect(q.get('status')).toBe('failed');
     expect(q.get('text')).toBe('LOAD');
@@ -175,7 +204,7 @@ describe('the Tasks panel over a long history', () => {
     await model.refresh();
     const panel = new TasksPanel(model, client);
     document.body.append(panel.node);
-    await settle();
+    await settle(panel);
     panel.render();
     const status = () => panel.node.querySelector('.cm-TasksPanel-status')?.textContent;
     expect(status()).toBe('200 of 1,000 tasks');
@@ -189,7 +218,7 @@ describe('the Tasks panel over a long history', () => {
     expect(more.hidden).toBe(false);
     expect(more.textContent).toBe('Load 200 older tasks');
     more.click();
-    await settle();
+    await settle(panel);
     panel.render();
     expect(client.queries.at(-1)?.get('after')).toBe('200');
     expect(status()).toBe('400 of 1,000 tasks');
@@ -201,7 +230,7 @@ describe('the Tasks panel over a long history', () => {
     panel.select('h0399');
     const refresh = panel.node.querySelector<HTMLButtonElement>('.cm-TasksPanel-refresh')!;
     refresh.click();
-    await settle();
+    await settle(panel);
     panel.render();
     expect(client.queries.at(-1)?.get('limit')).toBe('400');
     expect(panel.selected).toBe('h0399');
@@ -209,7 +238,7 @@ describe('the Tasks panel over a long history', () => {
 
     // the Failed count filters on the server: the newest failed tasks, counted as such
     counts[1].click();
-    await settle();
+    await settle(panel);
     panel.render();
     expect(client.queries.at(-1)?.get('status')).toBe('failed');
     expect(status()).toBe('100 of 100 matching tasks (1,000 in the store)');
@@ -220,7 +249,7 @@ describe('the Tasks panel over a long history', () => {
     const text = panel.node.querySelector<HTMLInputElement>('.cm-Filter-text')!;
     text.value = 'h098';
     text.dispatchEvent(new Event('change'));
-    await settle();
+    await settle(panel);
     panel.render();
     const q = client.queries.at(-1)!;
     expect([q.get('status'), q.get('text')]).toEqual(['failed', 'h098']);
@@ -232,11 +261,11 @@ describe('the Tasks panel over a long history', () => {
     panel.node.querySelector<HTMLButtonElement>('.cm-Count[aria-pressed="true"]')!.click(); // again: every status
     text.value = 'load';
     text.dispatchEvent(new Event('change'));
-    await settle();
+    await settle(panel);
     panel.render();
     expect(status()).toBe('200 of 200+ matching tasks (1,000 in the store)');
     more.click();
-    await settle();
+    await settle(panel);
     panel.render();
     expect(status()).toBe('333 of 333 matching tasks (1,000 in the store)');
     panel.dispose();
