@@ -141,12 +141,14 @@ class StoreLink:
             # in order: a refused task's writes are dropped up to its Unfence marker
             # (queued when memory adopted the store's state); the ones after it are new.
             # (A stale write could otherwise expect, by coincidence, exactly the
-            # version the reconciler wrote, and pass.)
+            # version the reconciler wrote, and pass.) Its log lines are kept: they
+            # are what the task printed, versioned by nothing.
             kept: list[Outgoing] = []
             for item in batch:
-                if item.__class__ is Unfence:
+                cls = item.__class__
+                if cls is Unfence:
                     refused.discard(item.task_id)
-                elif not refused or task_of(item) not in refused:
+                elif not refused or cls is AppendLog or task_of(item) not in refused:
                     kept.append(item)
             batch = kept
         try:

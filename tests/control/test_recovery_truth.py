@@ -6,13 +6,14 @@ recorded as it happened. On the memory store, SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 import pytest
 from ctl_helpers import Rig, wait_status
 from fencing import FAR, FlakyStore, StorePair, agree, settle_from_elsewhere
 
-from chongming_nb import Controller, TaskStatus
+from chongming_nb import Controller, TaskContext, TaskStatus
 
 S = TaskStatus
 
@@ -113,3 +114,39 @@ def test_settling_an_orphan_closes_its_open_attempt(
     assert rec.ended_at is not None, "the settled task's attempt never ends in the store"
     assert rec.outcome is S.LOST and rec.failure_message == s.failure.message
     assert rec.started_at == open_rec.started_at and not rec.abandoned
+
+
+def test_what_a_refused_task_prints_before_it_converges_is_kept(
+    pair: StorePair, rig: Rig, make_ctl: Callable[..., Controller]
+) -> None:
+    """Between the store's refusal of a task's write and its convergence, the task's
+    stale versioned writes are dropped — but not what it printed meanwhile: its log
+    lines are what happened, and reach the store."""
+    main, other = pair
+    ctl = make_ctl(store=main, owner=FAR, lease_seconds=1)
+    ctl._dispatcher.store_tick = None  # this test drives the store link itself
+    speak, spoke, done = threading.Event(), threading.Event(), threading.Event()
+
+    def work(ctx: TaskContext) -> None:
+        speak.wait(10)
+        print("after the store settled me")
+        spoke.set()
+        done.wait(10)
+        ctx.checkpoint()
+
+    h = ctl.submit(work, name="work")
+    wait_status(ctl, h, S.RUNNING)
+    ctl.flush()
+    assert settle_from_elsewhere(other, rig.clock)()["lost"] == [h.id]
+    h.pause(timeout=30)  # refused: the task is fenced ...
+    ctl._book.hand_over()
+    assert ctl._bus.flush(10)  # ... and not converged yet (only flush() converges)
+    speak.set()
+    assert spoke.wait(10)
+    ctl.flush()  # its line, then the convergence
+    done.set()
+    assert h.wait(10)
+    ctl.flush()
+    assert ctl.get(h.id).status is S.LOST
+    lines = [r.line for r in main.logs(h.id)]
+    assert "after the store settled me" in lines, lines
