@@ -253,6 +253,7 @@ class Launcher:
             standing is not None
             and t.starting_since is not None
             and standing.in_doubt(t.starting_since)
+            and getattr(launch.executor, "fenced_start", True)
             and self._hold(launch)
         ):
             return True

@@ -101,6 +101,9 @@ class LoopExecutor:
     name = "loop"
     #: read by the controller's slot accounting: a loop holds no concurrency slot
     takes_slot = False
+    #: read by the launcher: a loop's launch is never held for the store (its work is
+    #: the cell's own code, which runs whatever the store says)
+    fenced_start = False
 
     def launch(self, request: ExecutionRequest, reporter: Reporter) -> LoopHandle:
         body = request.target

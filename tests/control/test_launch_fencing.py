@@ -13,6 +13,7 @@ from ctl_helpers import Rig, ok_task, wait_status
 from fencing import FAR, FlakyStore, StorePair, WatchedExecutor, agree, settle_from_elsewhere
 
 from chongming_nb import Controller, TaskContext, TaskStatus
+from chongming_nb.control.loops import LoopRecord
 from chongming_nb.control.persistence import PersistenceWarning
 
 S = TaskStatus
@@ -186,3 +187,24 @@ def test_failing_lease_renewals_put_a_launch_in_doubt(
     assert not began.is_set()
     for h in (a, b):
         agree(ctl, main, h.id)
+
+
+@pytest.mark.parametrize("pair", ["sqlite"], indirect=True)
+def test_a_loop_in_a_cell_is_never_held(
+    pair: StorePair, rig: Rig, make_ctl: Callable[..., Controller]
+) -> None:
+    """A tracked loop's work is the cell's own code, which runs whatever the store
+    says: its task starts at once even while the owner's standing is in doubt and
+    the store takes no writes (holding it would only fail the loop)."""
+    main, _ = pair
+    flaky = FlakyStore(main)
+    ctl = make_ctl(store=flaky, owner=FAR, lease_seconds=1)
+    ctl._dispatcher.store_tick = None
+    rig.clock.advance(5)
+    flaky.fail("record_batch")
+    with pytest.warns(PersistenceWarning):
+        rec = LoopRecord(ctl, "loop", 3, "it")
+        ctl.flush()
+    assert rec.status is S.RUNNING
+    rec.finish_succeeded(3)
+    assert ctl.get(rec.task_id).status is S.SUCCEEDED
