@@ -94,3 +94,15 @@ def test_runner_reports_a_broken_module(runner, tmp_path: Path, monkeypatch) -> 
     assert "ERROR" in out.getvalue() and "broken on purpose" in out.getvalue()
     report = json.loads((tmp_path / "r.json").read_text())
     assert "broken on purpose" in report["modules"]["memory"]["status"]
+
+
+def test_memory_rss_rows_can_be_left_out(runner, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import benchmarks.bench_memory as mem
+
+    def no_child(*args: object) -> dict[str, float]:
+        raise AssertionError("an RSS child ran although the RSS rows were left out")
+
+    monkeypatch.setattr(mem, "_child_rss", no_child)
+    monkeypatch.setenv(mem.SKIP_RSS_ENV, "1")
+    rows = mem.run("tiny")
+    assert [r["metric"].split(" (")[0] for r in rows] == ["memory per finished task kept"]
