@@ -290,6 +290,11 @@ class TaskBook:
         prev = t.snap
         prev_version = prev.status_version
         new, tr = method(prev, *a, **kw)
+        if t.live is not None and t.exec_attempt:
+            # the live progress runs ahead of the snapshot: a status change is kept (and
+            # saved) with the count reached, so the store's copy of a paused or stopped
+            # loop says how far it got (the Tasks sidebar, `chongming ps`)
+            new = new.evolve(progress=self.live_progress(t))
         t.snap = new
         if (new.status in TERMINAL) is not (prev.status in TERMINAL):
             if new.status in TERMINAL:

@@ -61,6 +61,9 @@ def test_the_board_and_the_sidebar_rows_of_a_paused_task_freeze_at_the_same_inst
                 since=stopped_since(store, snaps),
             )
             assert rest["frozen"] == row["frozen"]
+            # and its progress: the store's copy of the paused task has the count reached
+            # (the transition was saved with the live progress, which ran ahead of it)
+            assert rest["done"] == row["done"] > 0 and rest["total"] == row["total"]
             # running again: no frozen instant, the clock moves
             ctl.resume(h.id)
             ctl.flush()
