@@ -9,7 +9,8 @@ with the same smaller parameters the test suite uses (so it takes a minute, not 
 
     board.png     01-quickstart: the board after the tour (its last cell)
     sidebar.png   01-quickstart: the Tasks sidebar beside the notebook
-    graph.png     02-flights-pipeline: the resumed run's graph
+    graph.png     02-flights-pipeline: the resumed run's live graph, as the widget draws it
+                  above the run's table (the cell that displays ``run2``)
     timeline.png  03-history-and-dataframes: the timeline of the whole history
 
 Nothing here is a test fixture: the rows are the examples' own tasks.
@@ -35,7 +36,6 @@ PARAMS: dict[str, dict[str, object]] = {
     "03-history-and-dataframes.ipynb": {"N_TASKS": 16},
 }
 WIDTH, HEIGHT = 1280, 900
-GRAPH_WIDTH = 1600
 
 
 def _prepare(src: Path, dst: Path, params: dict[str, object]) -> int:
@@ -73,12 +73,26 @@ def _run_all(nb: Notebook, cells: list[int]) -> None:
         nb.run(i, timeout=300_000)
 
 
-def _shot_output(nb: Notebook, i: int, out: Path) -> None:
-    area = nb.cell(i).locator(".jp-OutputArea").first
+def _shot_output(nb: Notebook, i: int, out: Path, part: str = ".jp-OutputArea") -> None:
+    area = nb.cell(i).locator(part).first
     area.scroll_into_view_if_needed()
     nb.page.wait_for_timeout(500)  # let the last coalesced update paint
     area.screenshot(path=str(out))
     print(f"wrote {out}")
+
+
+def _last_cell_displaying(path: Path, name: str) -> int:
+    """The last code cell whose last line shows ``name`` as the cell's value."""
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    hits = [
+        i
+        for i, c in enumerate(nb["cells"])
+        if c["cell_type"] == "code"
+        and "".join(c["source"]).strip().splitlines()[-1].split("#")[0].strip() == name
+    ]
+    if not hits:
+        raise SystemExit(f"{path.name}: no cell shows {name!r} as its value")
+    return hits[-1]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,16 +123,23 @@ def main(argv: list[str] | None = None) -> int:
             page.evaluate(toggle)
             nb.shutdown()
 
-            # 02: the pipeline's graph
+            # 02: the pipeline run's live graph, as the widget draws it above the run's
+            # table (it fits itself to the output's width)
             name = "02-flights-pipeline.ipynb"
             nb = Notebook(lab, page, name).open()
             _run_all(nb, _code_cells(lab.root / name))
-            graph = _last_cell_with(lab.root / name, "run2.graph()")
-            # the graph keeps its size and scrolls in a narrower output: a wider window
-            # for this picture, so the README shows it whole
-            page.set_viewport_size({"width": GRAPH_WIDTH, "height": HEIGHT})
-            _shot_output(nb, graph, args.out / "graph.png")
-            page.set_viewport_size({"width": WIDTH, "height": HEIGHT})
+            graph = _last_cell_displaying(lab.root / name, "run2")
+            view = ".cn-root .cn-graph-view[data-layout=done]"
+            nb.cell(graph).locator(view).first.wait_for(timeout=60_000)
+            nb.page.wait_for_function(  # the run's final statuses
+                """(i) => [...document.querySelectorAll('.jp-Notebook .jp-Cell')[i]
+                    .querySelectorAll('.cn-root .cn-graph-node')]
+                    .every(g => !['planned', 'pending', 'blocked', 'queued', 'starting',
+                        'running', 'retry_wait'].includes(g.dataset.status))""",
+                arg=graph,
+                timeout=60_000,
+            )
+            _shot_output(nb, graph, args.out / "graph.png", view)
             nb.shutdown()
 
             # 03: the timeline of the whole history

@@ -368,8 +368,24 @@ export class GraphView {
     this.el.append(tools, this._wait, this._svg, this._panel);
     if (_interactive) {
       this._wirePanZoom();
+      // the first view fits the width the view gets once it is in the page (a widget's
+      // view is often drawn before it is attached) and again when the output is resized,
+      // until the user zooms or pans
+      if (typeof ResizeObserver !== 'undefined') {
+        new ResizeObserver(() => {
+          const w = this._svg.clientWidth;
+          if (w && this._auto && this._layout && w !== this._fitW) {
+            this.fit(this._auto === 'all', w);
+          }
+        }).observe(this._svg);
+      }
     }
   }
+
+  /** How the view was last fitted on its own ('first': the readable first view), null once
+   * the user zoomed or panned; and for what width. */
+  private _auto: 'first' | 'all' | null = 'first';
+  private _fitW = 0;
 
   private readonly _arrow: string;
 
@@ -645,6 +661,8 @@ export class GraphView {
       return;
     }
     const w = width ?? this._viewWidth();
+    this._auto = all ? 'all' : 'first';
+    this._fitW = w;
     const k = this._fitScale(w);
     this._k = all ? k : Math.max(k, MIN_READABLE);
     const h = Math.min(MAX_H, Math.ceil(lay.height * this._k));
@@ -661,6 +679,7 @@ export class GraphView {
     this._x = px - ((px - this._x) * k) / this._k;
     this._y = py - ((py - this._y) * k) / this._k;
     this._k = k;
+    this._auto = null;
     this._apply();
   }
 
@@ -681,6 +700,7 @@ export class GraphView {
       this._x = drag.ox + ev.clientX - drag.x;
       this._y = drag.oy + ev.clientY - drag.y;
       drag.moved = true;
+      this._auto = null;
       this._apply();
     });
     const end = () => {

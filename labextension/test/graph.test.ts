@@ -203,3 +203,36 @@ describe('a large graph is laid out off the main thread', () => {
     expect(view.el.querySelectorAll('.cn-graph-node')).toHaveLength(WORKER_MIN_NODES - 1);
   });
 });
+
+describe('the first view', () => {
+  it('fits the width the view gets once it is in the page, until the user zooms', () => {
+    const observed: (() => void)[] = [];
+    const real = (globalThis as any).ResizeObserver;
+    (globalThis as any).ResizeObserver = class {
+      constructor(private readonly cb: () => void) {}
+      observe(): void {
+        observed.push(this.cb);
+      }
+      disconnect(): void {}
+    };
+    try {
+      const view = new GraphView({ row: () => undefined });
+      view.setSpec(six()); // drawn before it has a width: fitted to 900 px
+      const svgEl = view.el.querySelector('svg') as SVGSVGElement;
+      const first = Number(view.el.dataset.zoom);
+      let width = 640;
+      Object.defineProperty(svgEl, 'clientWidth', { get: () => width });
+      observed.forEach(cb => cb()); // attached: 640 px wide
+      const narrow = Number(view.el.dataset.zoom);
+      expect(narrow).toBeLessThan(first);
+      expect(narrow).toBeGreaterThanOrEqual(0.6); // never below a readable scale
+      view.zoomBy(1.25); // the user zooms: a resize no longer refits
+      const zoomed = Number(view.el.dataset.zoom);
+      width = 1400;
+      observed.forEach(cb => cb());
+      expect(Number(view.el.dataset.zoom)).toBe(zoomed);
+    } finally {
+      (globalThis as any).ResizeObserver = real;
+    }
+  });
+});
