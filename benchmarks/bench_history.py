@@ -1,10 +1,11 @@
 """History at scale (issue 21): frames, lists and bytes per task on big SQLite stores.
 
-1. ``cn.open_store(db).snapshots_df()`` / ``attempts_df()`` (and ``transitions_df()``
-   below a million tasks) on generated histories of each size in ``tasks``
-   (``chongming_nb.testing.history``, made once and kept under the temp directory:
-   ``common.generated_store``), each beside ``pd.read_sql`` of the same rows and the
-   ``sqlite3`` shell printing them, in the same run (``bench_frames.store_rows``).
+1. ``cn.open_store(db).snapshots_df()`` / ``attempts_df()`` / ``transitions_df()`` (about
+   five transitions a task: 4.8 million rows at a million tasks) on generated histories
+   of each size in ``tasks`` (``chongming_nb.testing.history``, made once and kept
+   under the temp directory: ``common.generated_store``), each beside ``pd.read_sql``
+   of the same rows and the ``sqlite3`` shell printing them, in the same run
+   (``bench_frames.store_rows``).
    Target: <= 1.2x ``pd.read_sql``.
 2. ``chongming ps --limit 20`` (in this process: parsing, opening the store read-only,
    one page, the table) on the largest store beside the same on an empty store, and
@@ -30,9 +31,8 @@ from benchmarks.sizes import size_of
 #: The REST list's default page (``server.handlers.DEFAULT_LIMIT``; not imported: it
 #: would load the Jupyter server).
 REST_PAGE = 500
-#: Frames measured at a million tasks and more (transitions_df is ~5 rows a task).
-_BIG_FRAMES = ("snapshots_df", "attempts_df")
-_ALL_FRAMES = (*_BIG_FRAMES, "transitions_df")
+#: The store frames measured at every size (``events_df`` is ``transitions_df``).
+_FRAMES = ("snapshots_df", "attempts_df", "transitions_df")
 
 
 def _load() -> float:
@@ -119,9 +119,6 @@ def run(size: str) -> list[dict[str, Any]]:
     sizes, repeats = [int(n) for n in p["tasks"]], int(p["repeats"])
     rows: list[dict[str, Any]] = [bytes_row(int(p["bytes_tasks"]))]
     for n in sizes:
-        methods = (
-            _BIG_FRAMES if n >= 1_000_000 else ("snapshots_df", "attempts_df", "transitions_df")
-        )
-        rows += store_rows(n, repeats, methods)
+        rows += store_rows(n, repeats, _FRAMES)
     rows += list_rows(max(sizes), int(p["list_repeats"]))
     return rows
