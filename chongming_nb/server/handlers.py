@@ -15,7 +15,7 @@ import re
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 import tornado.web
 from jupyter_server.base.handlers import APIHandler
@@ -38,12 +38,13 @@ from chongming_nb.server.serialize import (
     task_rows,
 )
 from chongming_nb.server.state import SETTINGS_KEY, ServerState
-from chongming_nb.stores.protocol import OwnerRecord, TaskQuery
+from chongming_nb.stores.protocol import OwnerRecord, RunRecord, TaskQuery, TaskStore
 
 #: Ids the API accepts (task, command, kernel): printable, no slashes, bounded.
 _ID = re.compile(r"^[A-Za-z0-9_.:@+-]{1,200}$")
 DEFAULT_LOG_LINES = 500
 MAX_REASON = 500
+R = TypeVar("R")
 
 
 def encode(payload: Any) -> str:
@@ -93,9 +94,20 @@ class _Base(APIHandler):
             return False
         return True
 
-    async def _answer(self, read: Callable[[], Any | None], missing: str) -> None:
-        """Run ``read`` on the store threads; reply with what it gives, 404 ``missing``
-        when it gives None."""
+    async def _answer(
+        self,
+        find: Callable[[TaskStore], R | None],
+        build: Callable[[TaskStore, R], Any],
+        missing: str,
+    ) -> None:
+        """On the store threads, ``find`` the record in the store and ``build`` the
+        answer from it; reply with that, 404 ``missing`` when there is no record."""
+
+        def read() -> Any:
+            store = self.cm.get_store()
+            found = find(store)
+            return None if found is None else build(store, found)
+
         payload = await self.cm.run(read)
         if payload is None:
             self._fail(BadRequest(404, missing))
@@ -221,11 +233,7 @@ class TaskHandler(_Base):
             return
         owners, sessions = await self._context()
 
-        def read() -> dict[str, Any] | None:
-            store = self.cm.get_store()
-            snap = store.get(task_id)
-            if snap is None:
-                return None
+        def detail(store: TaskStore, snap: TaskSnapshot) -> dict[str, Any]:
             now = self.cm.clock.now()
             row = task_row(
                 snap,
@@ -245,7 +253,7 @@ class TaskHandler(_Base):
                 events=store.events(task_id, limit=200),
             )
 
-        await self._answer(read, f"unknown task {task_id!r}")
+        await self._answer(lambda store: store.get(task_id), detail, f"unknown task {task_id!r}")
 
 
 class TaskTimelineHandler(_Base):
@@ -257,15 +265,11 @@ class TaskTimelineHandler(_Base):
     async def get(self, task_id: str) -> None:
         if not self._valid_id(task_id, "task id"):
             return
-
-        def read() -> dict[str, Any] | None:
-            store = self.cm.get_store()
-            snap = store.get(task_id)
-            if snap is None:
-                return None
-            return task_timeline(store, snap, now=self.cm.clock.now())
-
-        await self._answer(read, f"unknown task {task_id!r}")
+        await self._answer(
+            lambda store: store.get(task_id),
+            lambda store, snap: task_timeline(store, snap, now=self.cm.clock.now()),
+            f"unknown task {task_id!r}",
+        )
 
 
 class RunGraphHandler(_Base):
@@ -279,11 +283,7 @@ class RunGraphHandler(_Base):
             return
         owners, sessions = await self._context()
 
-        def read() -> dict[str, Any] | None:
-            store = self.cm.get_store()
-            record = store.get_run(run_id)
-            if record is None:
-                return None
+        def graph_of(store: TaskStore, record: RunRecord) -> dict[str, Any]:
             snaps = store.query(TaskQuery(pipeline_run_id=run_id))
             graph = run_graph(record, snaps)
             standing = {n["task"] for n in graph["nodes"] if n["task"]}
@@ -292,7 +292,9 @@ class RunGraphHandler(_Base):
             )
             return graph
 
-        await self._answer(read, f"unknown pipeline run {run_id!r}")
+        await self._answer(
+            lambda store: store.get_run(run_id), graph_of, f"unknown pipeline run {run_id!r}"
+        )
 
 
 class TaskCommandsHandler(_Base):
