@@ -27,14 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
-from chongming_nb.core.models import (
-    AttemptRecord,
-    Failure,
-    FailureKind,
-    Progress,
-    TaskSnapshot,
-    Transition,
-)
+from chongming_nb.core import models
 from chongming_nb.core.states import TaskStatus
 from chongming_nb.stores.protocol import EventRecord, SaveItem, TaskStore
 
@@ -63,18 +56,18 @@ def _task(
     step: timedelta,
     attempts: int,
     fail_every: int,
-) -> tuple[TaskSnapshot, list[Transition], list[AttemptRecord], EventRecord]:
+) -> tuple[models.TaskSnapshot, list[models.Transition], list[models.AttemptRecord], EventRecord]:
     tid = f"{prefix}{i:08x}"
     created = start + i * step
     final = generated_status(i, fail_every)
     tries = attempts if final is S.FAILED else 1
     run = step / (2 * tries)
-    trs: list[Transition] = []
-    recs: list[AttemptRecord] = []
+    trs: list[models.Transition] = []
+    recs: list[models.AttemptRecord] = []
     t = created
 
     def move(a: TaskStatus, b: TaskStatus, trigger: str, actor: str) -> None:
-        trs.append(Transition(tid, a, b, trigger, actor, None, t, len(trs) + 1))
+        trs.append(models.Transition(tid, a, b, trigger, actor, None, t, len(trs) + 1))
 
     move(S.PENDING, S.QUEUED, "scheduler:ready", "scheduler")
     failure = None
@@ -87,10 +80,12 @@ def _task(
         t = t + run
         failed = final is S.FAILED
         failure = (
-            Failure(FailureKind.EXCEPTION, f"attempt {k} of task {i} failed") if failed else None
+            models.Failure(models.FailureKind.EXCEPTION, f"attempt {k} of task {i} failed")
+            if failed
+            else None
         )
         recs.append(
-            AttemptRecord(
+            models.AttemptRecord(
                 tid,
                 k,
                 began,
@@ -104,7 +99,7 @@ def _task(
         if k < tries:
             move(S.RUNNING, S.RETRY_WAIT, "executor:raised", "executor")
     move(S.RUNNING, final, "executor:raised" if failure else "executor:returned", "executor")
-    snap = TaskSnapshot(
+    snap = models.TaskSnapshot(
         task_id=tid,
         name=names[i % len(names)],
         pipeline_run_id=f"run-{i // 100}" if i % 3 == 0 else None,
@@ -118,7 +113,7 @@ def _task(
         started_at=recs[-1].started_at,
         ended_at=t,
         last_heartbeat_at=recs[-1].started_at,
-        progress=Progress(done=i % 100, total=100, unit="rows", updated_at=t)
+        progress=models.Progress(done=i % 100, total=100, unit="rows", updated_at=t)
         if i % 4 == 0
         else None,
         failure=failure,
@@ -159,8 +154,8 @@ def generate_history(
     written = 0
     for lo in range(first, first + tasks, batch):
         items: list[SaveItem] = []
-        trs: list[Transition] = []
-        recs: list[AttemptRecord] = []
+        trs: list[models.Transition] = []
+        recs: list[models.AttemptRecord] = []
         calls: list[EventRecord] = []
         for i in range(lo, min(lo + batch, first + tasks)):
             snap, t, r, call = _task(
