@@ -35,7 +35,7 @@ def _methods(cls: type) -> list[str]:
     for name, member in sorted(vars(cls).items()):
         if name.startswith("_") and name not in ("__await__",):
             continue
-        if isinstance(member, property):
+        if inspect.isdatadescriptor(member) and not inspect.ismemberdescriptor(member):
             out.append(f"- `.{name}` (property) — {_first_paragraph(member)}".rstrip(" —"))
         elif callable(member):
             out.append(f"- `.{name}{_sig(member)}` — {_first_paragraph(member)}".rstrip(" —"))

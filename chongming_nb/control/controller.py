@@ -40,7 +40,7 @@ from chongming_nb.control.persistence import StoreLink
 from chongming_nb.control.queries import Queries, status_set
 from chongming_nb.control.recovery import ConvergePlan
 from chongming_nb.control.spec import TaskRegistry
-from chongming_nb.control.timers import TimerQueue
+from chongming_nb.control.timers import TimerQueue, TimerSeconds
 from chongming_nb.control.verbs import Verbs
 from chongming_nb.core.clock import Clock
 from chongming_nb.core.errors import ConfigurationError
@@ -161,21 +161,13 @@ class Controller:
     def artifacts_root(self) -> Path | None:
         return self._launcher.artifacts_root
 
-    @property
-    def stop_grace(self) -> float:
-        return self._timers.stop_grace
-
-    @stop_grace.setter
-    def stop_grace(self, seconds: float) -> None:
-        self._timers.stop_grace = float(seconds)
-
-    @property
-    def pause_grace(self) -> float:
-        return self._timers.pause_grace
-
-    @pause_grace.setter
-    def pause_grace(self, seconds: float) -> None:
-        self._timers.pause_grace = float(seconds)
+    stop_grace = TimerSeconds(
+        "Seconds a stop (or a fired timeout) gives its task to reach a checkpoint, "
+        "before a thread is abandoned and a process terminated."
+    )
+    pause_grace = TimerSeconds(
+        "Seconds a pause may take to reach a checkpoint before it is rolled back."
+    )
 
     # --------------------------------------------------------------- submission
 

@@ -13,8 +13,11 @@ import enum
 import heapq
 import itertools
 from collections.abc import Iterator
+from typing import Protocol, overload
 
 from chongming_nb.control.book import TaskBook, TaskEntry
+from chongming_nb.core.errors import ConfigurationError
+from chongming_nb.core.validation import check_seconds
 from chongming_nb.runtime import timeouts
 
 
@@ -77,3 +80,33 @@ class TimerQueue:
         while heap and heap[0][0] <= now:
             due.append(heapq.heappop(heap))
         return due
+
+
+class _HoldsTimers(Protocol):
+    _timers: TimerQueue
+
+
+class TimerSeconds:
+    """A Controller setting in seconds that its timer queue holds under the same name
+    (``stop_grace``, ``pause_grace``); a new value is checked as the constructor's
+    argument is."""
+
+    def __init__(self, doc: str) -> None:
+        self.__doc__ = doc
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, ctl: None, owner: type | None = None) -> TimerSeconds: ...
+    @overload
+    def __get__(self, ctl: _HoldsTimers, owner: type | None = None) -> float: ...
+    def __get__(self, ctl: _HoldsTimers | None, owner: type | None = None) -> float | TimerSeconds:
+        return self if ctl is None else float(getattr(ctl._timers, self.name))
+
+    def __set__(self, ctl: _HoldsTimers, seconds: float) -> None:
+        checked = check_seconds(self.name, seconds)
+        if checked is None:
+            raise ConfigurationError(f"{self.name} is a number of seconds, not None")
+        setattr(ctl._timers, self.name, checked)

@@ -106,6 +106,22 @@ def test_policies_and_constructors_refuse_what_cannot_be_stored_or_scheduled(
         make()
 
 
+@pytest.mark.parametrize("setting", ["stop_grace", "pause_grace"])
+@pytest.mark.parametrize("value", [math.nan, -1, None, "10", math.inf])
+def test_a_grace_set_later_is_checked_as_the_constructor_checks_it(
+    setting: str, value: object
+) -> None:
+    ctl = Controller(stop_grace=1.5, pause_grace=2.5)
+    try:
+        with pytest.raises(ConfigurationError, match=setting):
+            setattr(ctl, setting, value)
+        assert (ctl.stop_grace, ctl.pause_grace) == (1.5, 2.5)  # nothing changed
+        setattr(ctl, setting, 4)
+        assert getattr(ctl, setting) == 4.0
+    finally:
+        ctl.close()
+
+
 @pytest.mark.parametrize("timeout", [math.nan, -3, -1, math.inf, 1e300, "5", True])
 def test_verb_timeouts_are_checked_before_anything_changes(
     make_ctl: Callable[..., Controller], timeout: Any
