@@ -8,7 +8,7 @@ import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from chongming_nb.core.errors import ConcurrencyConflict, StoreError
 from chongming_nb.core.models import AttemptRecord, TaskSnapshot, Transition
@@ -233,12 +233,13 @@ def collapse(items: Sequence[SaveItem]) -> list[tuple[TaskSnapshot, int | None]]
 # ``codec.*_COLUMNS``. They differ only in how a time is stored, given as ``tx``: SQLite
 # stores integer microseconds since the epoch (``micros_times()``), PostgreSQL the aware
 # datetime itself (``same_time``). A ``tx`` accepts only None or an aware UTC
-# ``datetime`` (the common case) and raises ``_NotUtc`` otherwise; the builders then
-# validate the record through
-# the codec (a naive or non-datetime time is a StoreError naming the field; another
+# ``datetime`` (the common case) and raises ``NotUtc`` otherwise (so does ``_req`` for
+# a required time that is None); the builders then validate the record through the
+# codec (a naive, non-datetime or missing time is a StoreError naming the field; another
 # zone is converted to UTC) and build the row with ``safe`` instead.
 
 Times = Callable[[Any], Any]
+X = TypeVar("X")
 
 
 class NotUtc(Exception):
@@ -357,10 +358,15 @@ def task_rows(
     return creates, updates
 
 
+def _req(value: Any) -> Any:
+    """A required time's row value; None (the time is missing) goes to the slow path,
+    which names the field."""
+    if value is None:
+        raise NotUtc
+    return value
+
+
 def _transition_row(t: Transition, tx: Times) -> tuple[Any, ...]:
-    at = tx(t.at)
-    if at is None:
-        codec.utc_req(t.at, f"task {t.task_id}: transition {t.version} at")
     return (
         t.task_id,
         t.version,
@@ -369,7 +375,7 @@ def _transition_row(t: Transition, tx: Times) -> tuple[Any, ...]:
         t.trigger,
         t.actor,
         t.reason,
-        at,
+        _req(tx(t.at)),
         bool(t.override),
     )
 
@@ -384,17 +390,13 @@ def transition_row(t: Transition, tx: Times, safe: Times) -> tuple[Any, ...]:
 
 
 def _attempt_row(a: AttemptRecord, tx: Times) -> tuple[Any, ...]:
-    started = tx(a.started_at)
-    if started is None:
-        codec.utc_req(a.started_at, f"task {a.task_id}: attempt {a.attempt} started_at")
-    fk = a.failure_kind
     return (
         a.task_id,
         a.attempt,
-        started,
+        _req(tx(a.started_at)),
         tx(a.ended_at),
         None if a.outcome is None else _status(a.outcome),
-        None if fk is None else fk.value,
+        None if a.failure_kind is None else a.failure_kind.value,
         a.failure_message,
         a.traceback,
         a.executor,
@@ -418,14 +420,11 @@ def attempt_row(a: AttemptRecord, tx: Times, safe: Times) -> tuple[Any, ...]:
 
 
 def _event_row(e: EventRecord, tx: Times) -> tuple[Any, ...]:
-    at = tx(e.at)
-    if at is None:
-        codec.utc_req(e.at, f"event {e.event_id} at")
     p = e.payload
     return (
         e.event_id,
         e.task_id,
-        at,
+        _req(tx(e.at)),
         e.type,
         "{}"
         if not p
@@ -480,29 +479,33 @@ def log_row(task_id: str, rec: LogRecord, tx: Times, safe: Times) -> tuple[Any, 
     return (task_id, at, rec.stream, rec.line, rec.level)
 
 
-def transition_rows(
-    transitions: Sequence[Transition], tx: Times, safe: Times
+def _rows(
+    items: Sequence[X],
+    fast: Callable[[X, Times], tuple[Any, ...]],
+    slow: Callable[[X, Times, Times], tuple[Any, ...]],
+    tx: Times,
+    safe: Times,
 ) -> list[tuple[Any, ...]]:
+    """The rows of ``items`` by their ``fast`` builder; when one needs the slow path
+    (a time not in UTC, or missing), all of them by ``slow``."""
     try:
-        return [_transition_row(t, tx) for t in transitions]
+        return [fast(x, tx) for x in items]
     except (NotUtc, TypeError):
-        return [transition_row(t, tx, safe) for t in transitions]
+        return [slow(x, tx, safe) for x in items]
+
+
+def transition_rows(ts: Sequence[Transition], tx: Times, safe: Times) -> list[tuple[Any, ...]]:
+    return _rows(ts, _transition_row, transition_row, tx, safe)
 
 
 def attempt_rows(
     attempts: Sequence[AttemptRecord], tx: Times, safe: Times
 ) -> list[tuple[Any, ...]]:
-    try:
-        return [_attempt_row(a, tx) for a in attempts]
-    except (NotUtc, TypeError):
-        return [attempt_row(a, tx, safe) for a in attempts]
+    return _rows(attempts, _attempt_row, attempt_row, tx, safe)
 
 
 def event_rows(events: Sequence[EventRecord], tx: Times, safe: Times) -> list[tuple[Any, ...]]:
-    try:
-        return [_event_row(e, tx) for e in events]
-    except (NotUtc, TypeError):
-        return [event_row(e, tx, safe) for e in events]
+    return _rows(events, _event_row, event_row, tx, safe)
 
 
 def log_rows(

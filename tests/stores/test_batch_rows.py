@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from chongming_nb.core.errors import ConcurrencyConflict
+from chongming_nb.core.errors import ConcurrencyConflict, StoreError
 from chongming_nb.core.models import AttemptRecord, FailureKind, Progress, TaskSnapshot
 from chongming_nb.core.states import RequestedAction, TaskStatus
-from chongming_nb.stores import SqliteStore, TaskQuery, TaskStore
+from chongming_nb.stores import EventRecord, SqliteStore, TaskQuery, TaskStore
 from chongming_nb.stores import sqlite as sqlite_mod
 from chongming_nb.stores._codec import dt_to_micros, text_to_dt
 from chongming_nb.stores._sql import micros_times
@@ -271,3 +272,26 @@ def test_micros_times_over_many_days_match_the_codec() -> None:
             assert tx(value) == dt_to_micros(value)
             assert text_to_dt(tx(value)) == value
     assert tx(T0) == dt_to_micros(T0)
+
+
+@pytest.mark.parametrize("missing", ["transition 1 at", "attempt 1 started_at", "event e1 at"])
+def test_a_required_time_missing_in_a_batch_is_named_and_nothing_lands(
+    store: TaskStore, missing: str
+) -> None:
+    """Among rows that take the fast builders, one record without its required time:
+    a StoreError naming the record and the field, and none of the batch is written."""
+    ids = [f"m{i}" for i in range(8)]
+    store.save_many([(snap(t), None) for t in ids])
+    trs = [transition(t, 1, S.QUEUED, at=at(1)) for t in ids]
+    recs = [AttemptRecord(t, 1, at(1), executor="thread") for t in ids]
+    evs = [EventRecord(f"e{i}", t, at(1), "x") for i, t in enumerate(ids)]
+    if missing.startswith("transition"):
+        trs[1] = replace(trs[1], at=None)  # type: ignore[arg-type]
+    elif missing.startswith("attempt"):
+        recs[1] = replace(recs[1], started_at=None)  # type: ignore[arg-type]
+    else:
+        evs[1] = replace(evs[1], at=None)  # type: ignore[arg-type]
+    with pytest.raises(StoreError, match=missing):
+        store.save_many([], trs, attempts=recs, events=evs)
+    assert all(store.history(t) == [] and store.attempts(t) == [] for t in ids)
+    assert all(store.events(t) == [] for t in ids)
