@@ -22,17 +22,8 @@ from dataclasses import fields, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from chongming_nb.core import models
 from chongming_nb.core.errors import StoreError
-from chongming_nb.core.models import (
-    AttemptRecord,
-    Command,
-    CommandState,
-    Failure,
-    FailureKind,
-    Progress,
-    TaskSnapshot,
-    Transition,
-)
 from chongming_nb.core.states import RequestedAction, TaskStatus
 from chongming_nb.stores.protocol import EventRecord, LogRecord, OwnerRecord, RunRecord
 
@@ -113,7 +104,7 @@ def text_to_dt_req(value: str | int | datetime) -> datetime:
     return out
 
 
-def check_snapshot_times(s: TaskSnapshot) -> TaskSnapshot:
+def check_snapshot_times(s: models.TaskSnapshot) -> models.TaskSnapshot:
     """``s`` with every datetime in UTC (``s`` itself when they already are); StoreError
     for a naive one. Used by every backend on write."""
     changes: dict[str, Any] = {}
@@ -198,7 +189,7 @@ def dumps_obj(value: Mapping[str, Any] | None, what: str) -> str | None:
 # ---------------------------------------------------------- progress / failure
 
 
-def progress_to_json(p: Progress | None, task_id: str | None = None) -> str | None:
+def progress_to_json(p: models.Progress | None, task_id: str | None = None) -> str | None:
     """``p`` as JSON; a naive ``updated_at`` is a StoreError naming ``task_id``."""
     if p is None:
         return None
@@ -217,11 +208,11 @@ def progress_to_json(p: Progress | None, task_id: str | None = None) -> str | No
     )
 
 
-def progress_from_json(text: str | None) -> Progress | None:
+def progress_from_json(text: str | None) -> models.Progress | None:
     d = loads(text)
     if d is None:
         return None
-    return Progress(
+    return models.Progress(
         done=d["done"],
         total=d.get("total"),
         unit=d.get("unit"),
@@ -230,7 +221,7 @@ def progress_from_json(text: str | None) -> Progress | None:
     )
 
 
-def failure_to_json(f: Failure | None) -> str | None:
+def failure_to_json(f: models.Failure | None) -> str | None:
     if f is None:
         return None
     return dumps(
@@ -245,12 +236,12 @@ def failure_to_json(f: Failure | None) -> str | None:
     )
 
 
-def failure_from_json(text: str | None) -> Failure | None:
+def failure_from_json(text: str | None) -> models.Failure | None:
     d = loads(text)
     if d is None:
         return None
-    return Failure(
-        kind=FailureKind(d["kind"]),
+    return models.Failure(
+        kind=models.FailureKind(d["kind"]),
         message=d["message"],
         traceback=d.get("traceback"),
         retryable=bool(d.get("retryable", False)),
@@ -267,14 +258,14 @@ def columns(record: type) -> tuple[str, ...]:
     return tuple(f.name for f in fields(record))
 
 
-TASK_COLUMNS = columns(TaskSnapshot)
+TASK_COLUMNS = columns(models.TaskSnapshot)
 #: Columns that hold datetimes.
 TASK_TIME_COLUMNS = frozenset(_SNAPSHOT_TIMES)
 
 
-def row_to_snapshot(r: Mapping[str, Any]) -> TaskSnapshot:
+def row_to_snapshot(r: Mapping[str, Any]) -> models.TaskSnapshot:
     ra = r["requested_action"]
-    return TaskSnapshot(
+    return models.TaskSnapshot(
         task_id=r["task_id"],
         name=r["name"],
         pipeline_run_id=r["pipeline_run_id"],
@@ -321,8 +312,8 @@ TRANSITION_COLUMNS: tuple[str, ...] = (
 )
 
 
-def row_to_transition(r: Mapping[str, Any]) -> Transition:
-    return Transition(
+def row_to_transition(r: Mapping[str, Any]) -> models.Transition:
+    return models.Transition(
         task_id=r["task_id"],
         from_status=TaskStatus(r["from_status"]),
         to_status=TaskStatus(r["to_status"]),
@@ -335,17 +326,17 @@ def row_to_transition(r: Mapping[str, Any]) -> Transition:
     )
 
 
-ATTEMPT_COLUMNS = columns(AttemptRecord)
+ATTEMPT_COLUMNS = columns(models.AttemptRecord)
 
 
-def row_to_attempt(r: Mapping[str, Any]) -> AttemptRecord:
-    return AttemptRecord(
+def row_to_attempt(r: Mapping[str, Any]) -> models.AttemptRecord:
+    return models.AttemptRecord(
         task_id=r["task_id"],
         attempt=int(r["attempt"]),
         started_at=text_to_dt_req(r["started_at"]),
         ended_at=text_to_dt(r["ended_at"]),
         outcome=None if r["outcome"] is None else TaskStatus(r["outcome"]),
-        failure_kind=None if r["failure_kind"] is None else FailureKind(r["failure_kind"]),
+        failure_kind=None if r["failure_kind"] is None else models.FailureKind(r["failure_kind"]),
         failure_message=r["failure_message"],
         traceback=r["traceback"],
         executor=r["executor"],
@@ -372,10 +363,10 @@ def row_to_event(r: Mapping[str, Any]) -> EventRecord:
 
 # ------------------------------------------------------------------- commands
 
-COMMAND_COLUMNS = columns(Command)
+COMMAND_COLUMNS = columns(models.Command)
 
 
-def command_to_row(c: Command) -> dict[str, Any]:
+def command_to_row(c: models.Command) -> dict[str, Any]:
     what = f"command {c.command_id}"
     return {
         "command_id": c.command_id,
@@ -384,7 +375,7 @@ def command_to_row(c: Command) -> dict[str, Any]:
         "args": dumps_obj(c.args, f"{what} args") or "{}",
         "actor": c.actor,
         "created_at": utc(c.created_at, f"{what} created_at"),
-        "state": CommandState(c.state).value,
+        "state": models.CommandState(c.state).value,
         "claimed_by": c.claimed_by,
         "lease_until": utc(c.lease_until, f"{what} lease_until"),
         "completed_at": utc(c.completed_at, f"{what} completed_at"),
@@ -392,15 +383,15 @@ def command_to_row(c: Command) -> dict[str, Any]:
     }
 
 
-def row_to_command(r: Mapping[str, Any]) -> Command:
-    return Command(
+def row_to_command(r: Mapping[str, Any]) -> models.Command:
+    return models.Command(
         command_id=r["command_id"],
         task_id=r["task_id"],
         verb=r["verb"],
         args=loads(r["args"]) or {},
         actor=r["actor"],
         created_at=text_to_dt(r["created_at"]),
-        state=CommandState(r["state"]),
+        state=models.CommandState(r["state"]),
         claimed_by=r["claimed_by"],
         lease_until=text_to_dt(r["lease_until"]),
         completed_at=text_to_dt(r["completed_at"]),
