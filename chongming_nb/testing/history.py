@@ -48,20 +48,14 @@ def generated_status(i: int, fail_every: int = 10) -> TaskStatus:
 
 
 def _task(
-    i: int,
-    *,
-    prefix: str,
-    names: Sequence[str],
-    start: datetime,
-    step: timedelta,
-    attempts: int,
-    fail_every: int,
+    i: int, shape: _Shape
 ) -> tuple[models.TaskSnapshot, list[models.Transition], list[models.AttemptRecord], EventRecord]:
-    tid = f"{prefix}{i:08x}"
-    created = start + i * step
-    final = generated_status(i, fail_every)
+    tid = f"{shape.prefix}{i:08x}"
+    created = shape.start + i * shape.step
+    final = generated_status(i, shape.fail_every)
+    attempts = shape.attempts
     tries = attempts if final is S.FAILED else 1
-    run = step / (2 * tries)
+    run = shape.step / (2 * tries)
     trs: list[models.Transition] = []
     recs: list[models.AttemptRecord] = []
     t = created
@@ -101,7 +95,7 @@ def _task(
     move(S.RUNNING, final, "executor:raised" if failure else "executor:returned", "executor")
     snap = models.TaskSnapshot(
         task_id=tid,
-        name=names[i % len(names)],
+        name=shape.names[i % len(shape.names)],
         pipeline_run_id=f"run-{i // 100}" if i % 3 == 0 else None,
         tags=frozenset({"io"}) if i % 5 == 0 else frozenset(),
         status=final,
@@ -144,10 +138,10 @@ def generate_history(
     objects -- a million tasks in minutes on a busy machine rather than half an hour."""
     if tasks < 0 or attempts < 1 or (batch is not None and batch < 1) or not names:
         raise ValueError("tasks must be >= 0, attempts and batch >= 1, names not empty")
+    shape = _Shape(attempts, fail_every, names, start, step, prefix)
     if sql:
         if getattr(getattr(store, "dialect", None), "name", None) != "sqlite":
             raise ValueError(f"generate_history(sql=True) writes to a SqliteStore, not {store!r}")
-        shape = _Shape(attempts, fail_every, names, start, step, prefix)
         return _generate_sql(cast("SqliteStore", store), tasks, first, batch or 100_000, shape)
     batch = batch or 2000
     write: Any = getattr(store, "record_batch", None) or store.save_many
@@ -158,15 +152,7 @@ def generate_history(
         recs: list[models.AttemptRecord] = []
         calls: list[EventRecord] = []
         for i in range(lo, min(lo + batch, first + tasks)):
-            snap, t, r, call = _task(
-                i,
-                prefix=prefix,
-                names=names,
-                start=start,
-                step=step,
-                attempts=attempts,
-                fail_every=fail_every,
-            )
+            snap, t, r, call = _task(i, shape)
             items.append((snap, None))
             trs += t
             recs += r
