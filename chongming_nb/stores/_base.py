@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import replace
 from datetime import datetime, timedelta
+from operator import itemgetter
 from typing import Any, ClassVar, Literal, NamedTuple, TypeVar
 
 from chongming_nb.core.errors import ConcurrencyConflict, StoreError
@@ -822,7 +823,10 @@ class SqlStore(StoreBase):
             rows = conn.execute(self._sql(sql), params).fetchall()
         if not rows:
             return {c: () for c in names}
-        return dict(zip(names, zip(*rows, strict=True), strict=True))
+        if len(rows[0]) != len(names):
+            raise StoreError(f"a {kind} frame read {len(rows[0])} columns, not {len(names)}")
+        # one column at a time (zip(*rows) pulls one value from every row per step)
+        return {c: list(map(itemgetter(i), rows)) for i, c in enumerate(names)}
 
     # ---------------------------------------------------------- retention
     def _purge(
