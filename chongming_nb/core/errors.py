@@ -30,6 +30,7 @@ uses ``finally`` or ``except TaskCancelled: ...; raise``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from chongming_nb.core.states import TaskStatus
 
@@ -188,6 +189,7 @@ def _count(n: float) -> str:
     return f"{n:,.0f}" if float(n).is_integer() else f"{n:,.2f}"
 
 
+@dataclass(eq=False, repr=False)
 class Stopped(TaskCancelled):
     """A tracked loop (``cn.track``, ``cn.tqdm``) was stopped at an item boundary.
 
@@ -195,25 +197,20 @@ class Stopped(TaskCancelled):
     IPython shows ``_render_traceback_()`` instead of a traceback: one neutral line.
     """
 
-    def __init__(
-        self,
-        name: str,
-        done: float,
-        total: float | None,
-        elapsed: float,
-        by: str = "you",
-        task_id: str | None = None,
-    ) -> None:
-        self.name = name
-        self.done = done
-        self.total = total
-        self.elapsed = elapsed
-        self.by = by
-        self.task_id = task_id
-        at = _count(done)
-        if total:
-            at += f" / {_count(total)} ({100.0 * done / total:.0f}%)"
-        super().__init__(f"{name}: stopped by {by} at {at} after {_duration(elapsed)}")
+    name: str
+    done: float
+    total: float | None
+    elapsed: float
+    by: str = "you"
+    task_id: str | None = None
+
+    def __post_init__(self) -> None:
+        at = _count(self.done)
+        if self.total:
+            at += f" / {_count(self.total)} ({100.0 * self.done / self.total:.0f}%)"
+        super().__init__(
+            f"{self.name}: stopped by {self.by} at {at} after {_duration(self.elapsed)}"
+        )
 
     def _render_traceback_(self) -> list[str]:
         return [str(self)]
