@@ -40,6 +40,20 @@ def _jupyter_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer
         yield lab
 
 
+@pytest.fixture
+def finished_tasks_cleared(jupyter_lab: LabServer) -> None:
+    """The shared server's store without the finished tasks of earlier tests: a test that
+    looks for its own rows in the Tasks sidebar's pages (200 newest a page, the list
+    windowed) must not find them pushed past the first page by other tests' thousands."""
+    from chongming_nb.stores import SqliteStore
+
+    store = SqliteStore(jupyter_lab.store)
+    try:
+        store.prune(keep_terminal=0)
+    finally:
+        store.close()
+
+
 @pytest.fixture(scope="session")
 def browser() -> Iterator[Any]:
     try:

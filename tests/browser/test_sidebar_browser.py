@@ -424,6 +424,7 @@ PAUSE_LATER = (
 )
 
 
+@pytest.mark.usefixtures("finished_tasks_cleared")
 def test_a_paused_tasks_elapsed_time_reads_the_same_in_the_sidebar_and_on_its_row(
     jupyter_lab: Any, notebook: Any, page: Any
 ) -> None:

@@ -59,6 +59,7 @@ def scroll_to_end(page: Any) -> None:
     )
 
 
+@pytest.mark.usefixtures("finished_tasks_cleared")
 def test_sidebar_pages_past_the_first_page_and_counts_the_store(
     jupyter_lab: Any, page: Any
 ) -> None:

@@ -75,6 +75,7 @@ def activate(page: Any, *, path: str | None = None, widget_id: str | None = None
 
 
 @pytest.mark.timeout(600)  # a watchdog on a loaded machine, not a timed assertion
+@pytest.mark.usefixtures("finished_tasks_cleared")
 def test_a_steps_attempts_and_its_run_graph_in_the_sidebar(
     notebook: Any, jupyter_lab: Any, page: Any, tmp_path: Path
 ) -> None:

@@ -27,8 +27,12 @@ def test_the_board_and_the_sidebar_rows_of_a_paused_task_freeze_at_the_same_inst
     go = threading.Event()
     paused = threading.Event()
 
+    counted = threading.Event()
+
     def work(ctx: Any) -> None:
-        for _ in ctx.track(range(1_000_000), total=1_000_000):
+        for i in ctx.track(range(1_000_000), total=1_000_000):
+            if i == 10:
+                counted.set()  # the loop has a count to keep: paused later, not before
             go.wait(0.001)
 
     def on(e: Any) -> None:
@@ -40,6 +44,7 @@ def test_the_board_and_the_sidebar_rows_of_a_paused_task_freeze_at_the_same_inst
             ctl.watch(on)
             h = ctl.submit(work, name="loop")
             board = TaskTable(ctl, kind="board", autoflush=False)
+            assert counted.wait(30)
             ctl.pause(h.id)
             assert paused.wait(30)
             ctl.flush()  # (the store has the transition)
