@@ -28,6 +28,12 @@ def _run(cells: list[str], tmp_path: Path) -> list[Any]:
     NotebookClient(
         nb,
         timeout=180,
+        # after a cell's reply nbclient waits iopub_timeout (4 s by default) for the rest
+        # of its outputs, then goes on without them, saying only a log warning: under
+        # load the kernel's IOPub thread sent the final update of a loop's output later
+        # than that, and the cell kept its first state. Wait for the cell's idle status.
+        iopub_timeout=180,
+        raise_on_iopub_timeout=True,
         kernel_name="python3",
         allow_errors=True,
         resources={"metadata": {"path": str(tmp_path)}},
