@@ -88,10 +88,14 @@ class Verbs:
         return self._verb(task_id, go)
 
     def pause(
-        self, task_id: object, grace: float, *, actor: str, wait: bool = False
+        self,
+        task_id: object,
+        timeout: float | None = None,
+        *,
+        actor: str = "user",
+        wait: bool = False,
     ) -> TaskSnapshot:
-        """``grace``: the seconds a running task has to reach a checkpoint (the caller
-        resolves ``timeout=`` against ``pause_grace``, as for ``stop``)."""
+        grace = self.timers.pause_grace if timeout is None else check_seconds("timeout", timeout)
         check_text("actor", actor)
         book = self.book
 
@@ -337,8 +341,7 @@ class Verbs:
         assert reason is None or isinstance(reason, str)
         try:
             if verb == "pause":
-                grace = self.timers.pause_grace if timeout is None else timeout
-                self.pause(task_id, grace, actor=actor)
+                self.pause(task_id, timeout, actor=actor)
             elif verb == "resume":
                 self.resume(task_id, actor=actor)
             elif verb == "stop":

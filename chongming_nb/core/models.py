@@ -237,20 +237,9 @@ _BLANK = TaskSnapshot(task_id="", name="")
 
 #: The fields a submitted task's snapshot sets (the rest keep their defaults).
 SUBMIT_FIELDS = (
-    "task_id",
-    "name",
-    "pipeline_run_id",
-    "tags",
-    "max_attempts",
-    "created_at",
-    "executor",
-    "priority",
-    "deps",
-    "idempotency_key",
-    "bucket",
-    "bucket_key",
-    "lease_owner",
-)
+    "task_id", "name", "pipeline_run_id", "tags", "max_attempts", "created_at", "executor",
+    "priority", "deps", "idempotency_key", "bucket", "bucket_key", "lease_owner",
+)  # fmt: skip
 _evolve_submitted = evolver(TaskSnapshot, leading=SUBMIT_FIELDS)
 
 

@@ -58,7 +58,7 @@ export interface GraphHost {
 export { NODE_H, NODE_W, ORDER_SWEEPS_MAX_NODES, layoutGraph, structureKey } from './layout';
 export type { Layout, LayoutInput, Placed } from './layout';
 
-const MAX_H = 460; // px: the graph's viewport at most
+const MAX_H = 460; // px: the graph's viewport at most (unless it fills its container)
 const MIN_READABLE = 0.6; // the first view never shrinks text below this scale
 const SVG_NS = 'http://www.w3.org/2000/svg';
 
@@ -304,6 +304,14 @@ interface NodeRefs {
   sig: string;
 }
 
+/** How a view sizes itself. */
+export interface GraphViewOptions {
+  /** The viewport takes the height its container gives `el` (a main-area tab) and is
+   * fitted again when that height changes; by default (a notebook output) its height
+   * follows the drawing, at most `MAX_H` px. */
+  fill?: boolean;
+}
+
 /** The graph view: `el` goes into the page; `setSpec` and `update` keep it current. */
 export class GraphView {
   readonly el: HTMLElement;
@@ -322,9 +330,15 @@ export class GraphView {
   private _x = 0;
   private _y = 0;
   private _panelSig = '';
+  private readonly _fill: boolean;
 
-  constructor(private readonly _host: GraphHost, private readonly _interactive = true) {
-    this.el = html('div', 'cn-graph-view');
+  constructor(
+    private readonly _host: GraphHost,
+    private readonly _interactive = true,
+    options: GraphViewOptions = {}
+  ) {
+    this._fill = options.fill === true && _interactive;
+    this.el = html('div', this._fill ? 'cn-graph-view cn-graph-fill-view' : 'cn-graph-view');
     this.el.setAttribute('role', 'group');
     const tools = html('div', 'cn-graph-tools');
     if (_interactive) {
@@ -369,12 +383,13 @@ export class GraphView {
     if (_interactive) {
       this._wirePanZoom();
       // the first view fits the width the view gets once it is in the page (a widget's
-      // view is often drawn before it is attached) and again when the output is resized,
-      // until the user zooms or pans
+      // view is often drawn before it is attached) and again when the output is resized
+      // (a filling view: its height too), until the user zooms or pans
       if (typeof ResizeObserver !== 'undefined') {
         new ResizeObserver(() => {
           const w = this._svg.clientWidth;
-          if (w && this._auto && this._layout && w !== this._fitW) {
+          const h = this._fill ? this._svg.clientHeight : this._fitH;
+          if (w && this._auto && this._layout && (w !== this._fitW || h !== this._fitH)) {
             this.fit(this._auto === 'all', w);
           }
         }).observe(this._svg);
@@ -386,6 +401,7 @@ export class GraphView {
    * the user zoomed or panned; and for what width. */
   private _auto: 'first' | 'all' | null = 'first';
   private _fitW = 0;
+  private _fitH = 0;
 
   private readonly _arrow: string;
 
@@ -640,12 +656,18 @@ export class GraphView {
     return this._svg.clientWidth || this.el.clientWidth || 900;
   }
 
-  private _fitScale(w: number): number {
+  /** The viewport's height the graph is fitted into: a filling view's own (as its
+   * container lays it out), else at most `MAX_H`. */
+  private _viewHeight(): number {
+    return this._fill ? this._svg.clientHeight || MAX_H : MAX_H;
+  }
+
+  private _fitScale(w: number, h: number): number {
     const lay = this._layout;
     if (!lay) {
       return 1;
     }
-    return Math.min(1, w / lay.width, MAX_H / lay.height);
+    return Math.min(1, w / lay.width, h / lay.height);
   }
 
   /** Fit the graph in view; on the first view never below a readable scale. */
@@ -661,14 +683,21 @@ export class GraphView {
       return;
     }
     const w = width ?? this._viewWidth();
+    const viewH = this._viewHeight();
     this._auto = all ? 'all' : 'first';
     this._fitW = w;
-    const k = this._fitScale(w);
+    this._fitH = this._fill ? this._svg.clientHeight : 0;
+    const k = this._fitScale(w, viewH);
     this._k = all ? k : Math.max(k, MIN_READABLE);
-    const h = Math.min(MAX_H, Math.ceil(lay.height * this._k));
-    this._svg.style.height = `${Math.max(h, 60)}px`;
+    if (this._fill) {
+      // the container sets the height (CSS): the drawing is centred in it
+      this._y = Math.max(0, (viewH - lay.height * this._k) / 2);
+    } else {
+      const h = Math.min(MAX_H, Math.ceil(lay.height * this._k));
+      this._svg.style.height = `${Math.max(h, 60)}px`;
+      this._y = 0;
+    }
     this._x = Math.max(0, (w - lay.width * this._k) / 2);
-    this._y = 0;
     this._apply();
   }
 

@@ -8,7 +8,7 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { ICommandPalette, MainAreaWidget, Notification } from '@jupyterlab/apputils';
+import { ICommandPalette, MainAreaWidget, Notification, WidgetTracker } from '@jupyterlab/apputils';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
@@ -38,6 +38,13 @@ export namespace CommandIDs {
   export const pauseKernel = 'chongming:pause-kernel-tasks';
   export const resumeKernel = 'chongming:resume-kernel-tasks';
   export const stopKernel = 'chongming:stop-kernel-tasks';
+  /** Args `runId` (and `taskId`: the node to select); the tab restorer reopens by it. */
+  export const openRunGraph = 'chongming:open-run-graph';
+}
+
+/** The tab id of a run's graph. */
+export function runGraphId(runId: string): string {
+  return `chongming-run-graph-${runId.replace(/[^A-Za-z0-9_-]/g, '_')}`;
 }
 
 // the Tasks icon: two progress bars, one part-filled, beside a pause sign (not the list
@@ -105,41 +112,60 @@ const plugin: JupyterFrontEndPlugin<void> = {
       restorer.add(panel, 'chongming-tasks');
     }
 
-    // the details' small timeline of attempts, and a step's run graph in the main area
+    // the details' small timeline of attempts, and a step's run graph in the main area:
+    // its tabs are tracked, so a page reload reopens them by run id (read again from
+    // the store; a run gone from it says so in its tab)
     const pictures = new PicturesClient();
-    const graphs = new Map<string, MainAreaWidget<RunGraphPanel>>();
+    const graphs = new WidgetTracker<MainAreaWidget<RunGraphPanel>>({ namespace: 'chongming-run-graph' });
     const showTask = (taskId: string) => {
       panel.select(taskId);
       panel.list.scrollToTask(taskId);
       app.shell.activateById(panel.id);
     };
-    const openRunGraph = (runId: string, taskId: string | null) => {
-      let widget = graphs.get(runId);
-      if (!widget || widget.isDisposed) {
-        const content = new RunGraphPanel({
-          runId,
-          client: pictures,
-          model,
-          onSelect: showTask,
-          onVerb: (id, verb) => void model.send(id, verb)
-        });
-        widget = new MainAreaWidget({ content });
-        widget.id = `chongming-run-graph-${runId.replace(/[^A-Za-z0-9_-]/g, '_')}`;
-        widget.title.icon = tasksIcon;
-        widget.title.closable = true;
-        graphs.set(runId, widget);
-        widget.disposed.connect(() => graphs.delete(runId));
-        app.shell.add(widget, 'main');
-        void content.load().then(() => {
-          if (taskId !== null) {
-            content.selectTask(taskId);
-          }
-        });
-      } else if (taskId !== null) {
-        widget.content.selectTask(taskId);
+    app.commands.addCommand(CommandIDs.openRunGraph, {
+      label: 'Open the graph of a pipeline run',
+      execute: args => {
+        const runId = typeof args.runId === 'string' ? args.runId : '';
+        const taskId = typeof args.taskId === 'string' ? args.taskId : null;
+        if (!runId) {
+          throw new Error(`${CommandIDs.openRunGraph} needs a runId`);
+        }
+        let widget = graphs.find(w => w.content.runId === runId);
+        if (!widget) {
+          const content = new RunGraphPanel({
+            runId,
+            client: pictures,
+            model,
+            onSelect: showTask,
+            onVerb: (id, verb) => void model.send(id, verb)
+          });
+          widget = new MainAreaWidget({ content });
+          widget.id = runGraphId(runId);
+          widget.title.icon = tasksIcon;
+          widget.title.closable = true;
+          void graphs.add(widget); // saved with the layout: a reload reopens it
+          app.shell.add(widget, 'main');
+          void content.load().then(() => {
+            if (taskId !== null) {
+              content.selectTask(taskId);
+            }
+          });
+        } else if (taskId !== null) {
+          widget.content.selectTask(taskId);
+        }
+        app.shell.activateById(widget.id);
+        return widget;
       }
-      app.shell.activateById(widget.id);
-    };
+    });
+    if (restorer) {
+      void restorer.restore(graphs, {
+        command: CommandIDs.openRunGraph,
+        args: w => ({ runId: w.content.runId }),
+        name: w => w.content.runId
+      });
+    }
+    const openRunGraph = (runId: string, taskId: string | null) =>
+      void app.commands.execute(CommandIDs.openRunGraph, { runId, ...(taskId !== null ? { taskId } : {}) });
     panel.detailExtra = new TaskPictures({ client: pictures, onOpenRun: openRunGraph });
 
     // kernel id -> notebook path from JupyterLab's own session manager
@@ -202,6 +228,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
     if (palette) {
       const category = 'Tasks';
       for (const command of Object.values(CommandIDs)) {
+        if (command === CommandIDs.openRunGraph) {
+          continue; // opened from a step's "run graph" link (it needs a run id)
+        }
         palette.addItem({ command, category });
       }
     }

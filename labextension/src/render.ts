@@ -762,6 +762,59 @@ export function renderLogs(logs: LogRow[]): HTMLElement {
   return box;
 }
 
+/** The facts that are ids or paths: one line each, cut with an ellipsis (the whole text in
+ * the DOM, selectable, in the tooltip and behind a copy button), so a long owner id
+ * (`host:pid:kernel:start-nonce`) never pushes the rest of the details out of view. */
+const ID_FACTS: ReadonlySet<string> = new Set(['id', 'notebook', 'kernel', 'owner']);
+
+function factList(className: string, facts: [string, string][]): HTMLElement {
+  const dl = el('dl', className);
+  for (const [k, v] of facts) {
+    dl.append(el('dt', undefined, k), factValue(k, v));
+  }
+  return dl;
+}
+
+function factValue(fact: string, value: string): HTMLElement {
+  const dd = el('dd');
+  dd.dataset.fact = fact;
+  const text = el('span', 'cm-Details-value', value);
+  dd.append(text);
+  if (ID_FACTS.has(fact) && value !== '—') {
+    dd.classList.add('cm-Details-id');
+    text.title = value;
+    dd.append(copyButton(fact, value, text));
+  }
+  return dd;
+}
+
+/** Copies `value` to the clipboard; where the page may not write it, selects `text` for
+ * the user's own Ctrl+C. */
+function copyButton(fact: string, value: string, text: HTMLElement): HTMLButtonElement {
+  const button = el('button', 'cm-Details-copy', 'copy');
+  button.type = 'button';
+  button.title = `Copy the ${fact} (${value})`;
+  button.setAttribute('aria-label', `Copy the ${fact}`);
+  const selectText = () => {
+    const range = document.createRange();
+    range.selectNodeContents(text);
+    const selection = window.getSelection();
+    selection?.removeAllRanges();
+    selection?.addRange(range);
+    button.textContent = 'selected';
+  };
+  button.addEventListener('click', () => {
+    if (!navigator.clipboard?.writeText) {
+      selectText();
+      return;
+    }
+    navigator.clipboard.writeText(value).then(() => {
+      button.textContent = 'copied';
+    }, selectText);
+  });
+  return button;
+}
+
 export function renderDetails(detail: TaskDetail, ctx: DetailsContext): HTMLElement {
   const t = detail.task;
   const box = el('div', 'cm-Details');
@@ -778,25 +831,17 @@ export function renderDetails(detail: TaskDetail, ctx: DetailsContext): HTMLElem
   head.append(close);
   box.append(head);
 
+  // the essentials first, then the verbs (and, put there by the sidebar, the small
+  // timeline of attempts: all in view in a short sidebar); when, where and who below
   const note = statusNote(t);
-  const facts: [string, string][] = [
-    ['id', t.id],
-    ['status', STATUS_LABELS[t.status] + (t.requested ? ` (${t.requested} requested)` : '')],
-    ...(note ? ([['what happened', note]] as [string, string][]) : []),
-    ['attempt', formatAttempt(t.attempt, t.max_attempts)],
-    ['started', t.started !== null ? formatTimestamp(t.started) : '—'],
-    ['ended', t.ended !== null ? formatTimestamp(t.ended) : '—'],
-    ['notebook', t.notebook ?? '—'],
-    ['kernel', t.kernel_id ?? '—'],
-    ['owner', t.owner ?? '—'],
-    ['progress', formatProgress(t) || '—'],
-    ['tags', t.tags.join(', ') || '—']
-  ];
-  const dl = el('dl', 'cm-Details-facts');
-  for (const [k, v] of facts) {
-    dl.append(el('dt', undefined, k), el('dd', undefined, v));
-  }
-  box.append(dl);
+  box.append(
+    factList('cm-Details-facts', [
+      ['status', STATUS_LABELS[t.status] + (t.requested ? ` (${t.requested} requested)` : '')],
+      ...(note ? ([['what happened', note]] as [string, string][]) : []),
+      ['attempt', formatAttempt(t.attempt, t.max_attempts)],
+      ['progress', formatProgress(t) || '—']
+    ])
+  );
 
   const actions = el('div', 'cm-Details-actions');
   for (const verb of ROW_VERBS) {
@@ -825,6 +870,19 @@ export function renderDetails(detail: TaskDetail, ctx: DetailsContext): HTMLElem
     }
     box.append(failure);
   }
-  box.append(renderAttempts(detail.attempts), renderLogs(detail.logs), renderHistory(detail.history));
+  box.append(
+    factList('cm-Details-facts cm-Details-where', [
+      ['id', t.id],
+      ['started', t.started !== null ? formatTimestamp(t.started) : '—'],
+      ['ended', t.ended !== null ? formatTimestamp(t.ended) : '—'],
+      ['notebook', t.notebook ?? '—'],
+      ['kernel', t.kernel_id ?? '—'],
+      ['owner', t.owner ?? '—'],
+      ['tags', t.tags.join(', ') || '—']
+    ]),
+    renderAttempts(detail.attempts),
+    renderLogs(detail.logs),
+    renderHistory(detail.history)
+  );
   return box;
 }

@@ -6,12 +6,14 @@
  * sidebar's listing rows, so it is live with the sidebar's feed. While the run is not
  * finished its structure is read again (a node's task created, a map's items known) at
  * most every `GRAPH_REFRESH_MS`. A node click selects its task in the sidebar; the
- * node's allowed verbs go through the sidebar's command path. The plugin wraps it in a
- * `MainAreaWidget` (`index.ts`).
+ * node's allowed verbs go through the sidebar's command path. The drawing fills the
+ * tab and is fitted again when the tab is resized (`GraphView`'s `fill`). The plugin
+ * wraps it in a `MainAreaWidget` (`index.ts`), tracked so a page reload reopens it by
+ * run id; a run the store no longer has (404) is said so in the tab.
  */
 import { Widget } from '@lumino/widgets';
 
-import { ListingRow } from './api';
+import { APIError, ListingRow } from './api';
 import { ControlVerb, TaskRow } from './contract';
 import { GraphView } from './graph';
 import { TaskModel, describe } from './model';
@@ -29,6 +31,11 @@ export interface RunGraphPanelOptions {
   onVerb?: (taskId: string, verb: ControlVerb) => void;
   /** Epoch ms (tests pass a fixed clock). */
   now?: () => number;
+}
+
+/** The heading of a tab whose run the store does not have (any more). */
+export function goneMessage(runId: string): string {
+  return `Pipeline run ${runId} is no longer in the task store: its graph cannot be shown.`;
 }
 
 /** The main-area content: a heading line and the run's graph. */
@@ -67,7 +74,7 @@ export class RunGraphPanel extends Widget {
         }
       },
       onVerb: options.onVerb
-    });
+    }, true, { fill: true });
     this.node.append(this._head, this.view.el);
     this.title.label = 'Run graph';
     this.title.caption = `The graph of pipeline run ${options.runId}`;
@@ -93,7 +100,7 @@ export class RunGraphPanel extends Widget {
     this._loads += 1;
     this._inFlight = this._client.runGraph(this.runId).then(
       graph => this._show(graph, null),
-      error => this._show(null, describe(error))
+      error => this._show(null, error)
     );
     return this._inFlight;
   }
@@ -125,17 +132,27 @@ export class RunGraphPanel extends Widget {
     }
   }
 
-  private _show(graph: RunGraphResponse | null, error: string | null): void {
+  private _show(graph: RunGraphResponse | null, error: unknown): void {
     this._inFlight = null;
     if (this.isDisposed) {
       return;
     }
     if (graph === null) {
-      this._head.textContent = `Cannot load the graph of run ${this.runId}: ${error}`;
+      const gone = error instanceof APIError && error.status === 404;
+      this._head.textContent = gone
+        ? goneMessage(this.runId)
+        : `Cannot load the graph of run ${this.runId}: ${describe(error)}`;
       this._head.classList.add('cm-mod-error');
+      this._head.classList.toggle('cm-mod-gone', gone);
+      if (gone) {
+        // what was drawn before is of a run that is gone
+        this.title.label = `Run graph: ${this.runId}`;
+        this._graph = null;
+        this.view.setSpec(null);
+      }
       return;
     }
-    this._head.classList.remove('cm-mod-error');
+    this._head.classList.remove('cm-mod-error', 'cm-mod-gone');
     this._graph = graph;
     this._rows = new Map(graph.tasks.map(r => [r.id, r]));
     const n = graph.nodes.length;

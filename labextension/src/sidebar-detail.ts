@@ -1,8 +1,8 @@
 /**
  * The pictures of the Tasks sidebar's details view: the selected task's attempts as a
- * small timeline (the canvas renderer of `timeline.ts`, one lane, sized for the
- * sidebar) and, for a pipeline step, a "run graph" link that opens its run's graph in
- * the main area (`run-graph.ts`).
+ * small timeline below the verbs (the canvas renderer of `timeline.ts`, one lane, sized
+ * for the sidebar) and, for a pipeline step, a "run graph" link that opens its run's
+ * graph in the main area (`run-graph.ts`).
  *
  * The data comes from the store through the server extension (`GET tasks/{id}/timeline`,
  * `GET runs/{id}/graph`), never from a kernel. The timeline is fetched again when the
@@ -167,11 +167,12 @@ export class TaskPictures implements DetailExtra {
     this._fit();
   }
 
-  /** Called with the details box in the page: the timeline is drawn at its width. */
+  /** Called with the details box in the page: put below the verbs (in view with the
+   * task's essentials, above a failure's traceback), drawn at its width. */
   mount(details: HTMLElement): void {
-    const attempts = details.querySelector('.cm-Details-attempts');
-    if (attempts) {
-      attempts.before(this.el);
+    const actions = details.querySelector('.cm-Details-actions');
+    if (actions) {
+      actions.after(this.el);
     } else {
       details.append(this.el);
     }

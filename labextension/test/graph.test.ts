@@ -204,18 +204,27 @@ describe('a large graph is laid out off the main thread', () => {
   });
 });
 
+/** Run `body` with a ResizeObserver whose callbacks the test calls (`observed`). */
+function withResizes(body: (observed: (() => void)[]) => void): void {
+  const observed: (() => void)[] = [];
+  const real = (globalThis as any).ResizeObserver;
+  (globalThis as any).ResizeObserver = class {
+    constructor(private readonly cb: () => void) {}
+    observe(): void {
+      observed.push(this.cb);
+    }
+    disconnect(): void {}
+  };
+  try {
+    body(observed);
+  } finally {
+    (globalThis as any).ResizeObserver = real;
+  }
+}
+
 describe('the first view', () => {
   it('fits the width the view gets once it is in the page, until the user zooms', () => {
-    const observed: (() => void)[] = [];
-    const real = (globalThis as any).ResizeObserver;
-    (globalThis as any).ResizeObserver = class {
-      constructor(private readonly cb: () => void) {}
-      observe(): void {
-        observed.push(this.cb);
-      }
-      disconnect(): void {}
-    };
-    try {
+    withResizes(observed => {
       const view = new GraphView({ row: () => undefined });
       view.setSpec(six()); // drawn before it has a width: fitted to 900 px
       const svgEl = view.el.querySelector('svg') as SVGSVGElement;
@@ -231,8 +240,39 @@ describe('the first view', () => {
       width = 1400;
       observed.forEach(cb => cb());
       expect(Number(view.el.dataset.zoom)).toBe(zoomed);
-    } finally {
-      (globalThis as any).ResizeObserver = real;
-    }
+    });
+  });
+
+  it('keeps a notebook view at most 460 px high, and lets a filling view take its container height', () => {
+    withResizes(observed => {
+      // a tall graph (a fan-out of 12, stacked top to bottom) and a flat one (a chain)
+      const chain: GraphSpec = { nodes: Array.from({ length: 12 }, (_, i) => node(`s${i}`, i ? [`s${i - 1}`] : [])) };
+      const tall: GraphSpec = { nodes: [node('root'), ...Array.from({ length: 12 }, (_, i) => node(`c${i}`, ['root']))] };
+      const capped = new GraphView({ row: () => undefined });
+      capped.setSpec(tall);
+      const cappedSvg = capped.el.querySelector('svg') as SVGSVGElement;
+      expect(parseFloat(cappedSvg.style.height)).toBeLessThanOrEqual(460);
+      expect(capped.el.classList.contains('cn-graph-fill-view')).toBe(false);
+
+      const filling = new GraphView({ row: () => undefined }, true, { fill: true });
+      expect(filling.el.classList.contains('cn-graph-fill-view')).toBe(true);
+      const svgEl = filling.el.querySelector('svg') as SVGSVGElement;
+      let height = 300;
+      Object.defineProperty(svgEl, 'clientWidth', { get: () => 900 });
+      Object.defineProperty(svgEl, 'clientHeight', { get: () => height });
+      filling.setSpec(tall);
+      expect(svgEl.style.height).toBe(''); // the container's CSS sets it
+      const low = Number(filling.el.dataset.zoom);
+      height = 1200; // the tab grew: fitted again to the new height
+      observed.forEach(cb => cb());
+      const high = Number(filling.el.dataset.zoom);
+      expect(high).toBeGreaterThan(low);
+      // centred in the height it has
+      const y = Number(/translate\([^,]+,([^)]+)\)/.exec(filling.el.querySelector('.cn-graph-world')!.getAttribute('transform')!)![1]);
+      expect(y).toBeGreaterThanOrEqual(0);
+      filling.setSpec(chain); // a wide, flat graph sits in the middle of a tall view
+      const yFlat = Number(/translate\([^,]+,([^)]+)\)/.exec(filling.el.querySelector('.cn-graph-world')!.getAttribute('transform')!)![1]);
+      expect(yFlat).toBeGreaterThan(100);
+    });
   });
 });

@@ -330,4 +330,55 @@ describe('details', () => {
     expect(node.textContent).toContain('running → failed');
     expect(node.querySelector('button[data-verb="skip"]')).not.toBeNull();
   });
+
+  it('puts the essentials first and the ids on one line each, whole in a tooltip and behind a copy button', async () => {
+    const owner = 'host-<b>x</b>:4242:3f2a9c1e-1111-2222-3333-444455556666:1764650000-deadbeef';
+    const node = renderDetails(
+      { task: row({ owner, kernel_id: '3f2a9c1e-1111-2222-3333-444455556666', notebook: null }), attempts: [], history: [], logs: [] },
+      { onVerb: () => undefined, onClose: () => undefined }
+    );
+    const lists = [...node.querySelectorAll('dl.cm-Details-facts')];
+    const keys = (dl: Element) => [...dl.querySelectorAll('dt')].map(dt => dt.textContent);
+    expect(keys(lists[0]).filter(k => k !== 'what happened')).toEqual(['status', 'attempt', 'progress']);
+    expect(lists[0].nextElementSibling?.classList.contains('cm-Details-actions')).toBe(true);
+    expect(keys(lists[1])).toEqual(['id', 'started', 'ended', 'notebook', 'kernel', 'owner', 'tags']);
+    const dd = node.querySelector<HTMLElement>('dd[data-fact="owner"]')!;
+    expect(dd.classList.contains('cm-Details-id')).toBe(true);
+    const value = dd.querySelector<HTMLElement>('.cm-Details-value')!;
+    expect(value.textContent).toBe(owner);
+    expect(value.title).toBe(owner);
+    expect(node.querySelector('b')).toBeNull();
+    // no copy button for a missing value, nor for a fact that is not an id
+    expect(node.querySelector('dd[data-fact="notebook"] button')).toBeNull();
+    expect(node.querySelector('dd[data-fact="status"] button')).toBeNull();
+
+    const copy = dd.querySelector<HTMLButtonElement>('button.cm-Details-copy')!;
+    expect(copy.getAttribute('aria-label')).toBe('Copy the owner');
+    const written: string[] = [];
+    const clipboard = { writeText: async (text: string) => void written.push(text) };
+    Object.defineProperty(navigator, 'clipboard', { value: clipboard, configurable: true });
+    try {
+      copy.click();
+      await Promise.resolve();
+      await Promise.resolve();
+      expect(written).toEqual([owner]);
+      expect(copy.textContent).toBe('copied');
+      // a page that may not write the clipboard: the id is selected for the user's Ctrl+C
+      Object.defineProperty(navigator, 'clipboard', {
+        value: { writeText: () => Promise.reject(new Error('denied')) },
+        configurable: true
+      });
+      document.body.append(node);
+      const kernel = node.querySelector<HTMLButtonElement>('dd[data-fact="kernel"] button')!;
+      kernel.click();
+      for (let i = 0; i < 5; i++) {
+        await Promise.resolve();
+      }
+      expect(kernel.textContent).toBe('selected');
+      expect(window.getSelection()?.toString()).toBe('3f2a9c1e-1111-2222-3333-444455556666');
+    } finally {
+      Reflect.deleteProperty(navigator, 'clipboard');
+      node.remove();
+    }
+  });
 });

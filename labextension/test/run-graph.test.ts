@@ -3,7 +3,8 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 
 import { GraphNodeSpec } from '../src/graph';
 import { TaskModel } from '../src/model';
-import { GRAPH_REFRESH_MS, RunGraphPanel } from '../src/run-graph';
+import { APIError } from '../src/api';
+import { GRAPH_REFRESH_MS, RunGraphPanel, goneMessage } from '../src/run-graph';
 import { IPicturesClient, RunGraphResponse } from '../src/sidebar-detail';
 import { TimelineData } from '../src/timeline';
 import { listingClient, row } from './fixtures';
@@ -39,6 +40,18 @@ class FakePictures implements IPicturesClient {
     this.reads += 1;
     return this.answers.length > 1 ? this.answers.shift()! : this.answers[0];
   }
+}
+
+/** A client whose every read of a run graph fails with `error`. */
+function failing(error: Error): IPicturesClient {
+  return {
+    timeline: async () => {
+      throw new Error('not used');
+    },
+    runGraph: async () => {
+      throw error;
+    }
+  };
 }
 
 function statuses(panel: RunGraphPanel): Record<string, string | undefined> {
@@ -107,14 +120,7 @@ describe('a run graph in the main area', () => {
 
   it('says why when the run cannot be read', async () => {
     const model = new TaskModel({ client: listingClient([]) });
-    const client: IPicturesClient = {
-      timeline: async () => {
-        throw new Error('not used');
-      },
-      runGraph: async () => {
-        throw new Error('unknown pipeline run <i>r</i>');
-      }
-    };
+    const client = failing(new Error('unknown pipeline run <i>r</i>'));
     const panel = new RunGraphPanel({ runId: 'run-1', client, model, onSelect: () => undefined });
     Widget.attach(panel, document.body);
     await panel.load();
@@ -122,6 +128,30 @@ describe('a run graph in the main area', () => {
     expect(head.textContent).toBe('Cannot load the graph of run run-1: unknown pipeline run <i>r</i>');
     expect(head.classList.contains('cm-mod-error')).toBe(true);
     expect(panel.node.querySelector('i')).toBeNull();
+    panel.dispose();
+    model.dispose();
+  });
+
+  it('says so in the tab when the store does not have the run (a tab restored after it went)', async () => {
+    const model = new TaskModel({ client: listingClient([]) });
+    const client = failing(new APIError(404, "unknown pipeline run 'gone'"));
+    const panel = new RunGraphPanel({ runId: 'gone <b>1</b>', client, model, onSelect: () => undefined });
+    Widget.attach(panel, document.body);
+    await panel.load();
+    const head = panel.node.querySelector('.cm-RunGraph-head')!;
+    expect(head.textContent).toBe(goneMessage('gone <b>1</b>'));
+    expect(head.textContent).toBe('Pipeline run gone <b>1</b> is no longer in the task store: its graph cannot be shown.');
+    expect(head.classList.contains('cm-mod-gone')).toBe(true);
+    expect(panel.node.querySelector('b')).toBeNull();
+    expect(panel.view.el.hidden).toBe(true);
+    panel.dispose();
+    model.dispose();
+  });
+
+  it('fills its tab: the graph view is told to take the height it is given', () => {
+    const model = new TaskModel({ client: listingClient([]) });
+    const panel = new RunGraphPanel({ runId: 'run-1', client: new FakePictures(), model, onSelect: () => undefined });
+    expect(panel.view.el.classList.contains('cn-graph-fill-view')).toBe(true);
     panel.dispose();
     model.dispose();
   });

@@ -68,7 +68,7 @@ async function panelWith(rows: ListingRow[], pictures: TaskPictures): Promise<Ta
 }
 
 describe('the sidebar details: attempts as a small timeline', () => {
-  it('shows the selected task attempts above the attempts table, with the run graph link of a step', async () => {
+  it('shows the selected task attempts below its verbs, with the run graph link of a step', async () => {
     const fake = new FakePictures();
     const opened: [string, string][] = [];
     let now = T0;
@@ -85,8 +85,9 @@ describe('the sidebar details: attempts as a small timeline', () => {
     const box = details.querySelector<HTMLElement>('.cm-Details-pictures')!;
     expect(box).not.toBeNull();
     expect(box.hidden).toBe(false);
-    // before the attempts table
-    expect(box.nextElementSibling?.classList.contains('cm-Details-attempts')).toBe(true);
+    // below the verbs, with the essentials; the ids and times come after it
+    expect(box.previousElementSibling?.classList.contains('cm-Details-actions')).toBe(true);
+    expect(box.nextElementSibling?.classList.contains('cm-Details-where')).toBe(true);
     const view = box.querySelector<HTMLElement>('.cm-MiniTimeline')!;
     expect(view.dataset.attempts).toBe('2');
     expect(view.dataset.lanes).toBe('1');

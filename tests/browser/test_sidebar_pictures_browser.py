@@ -107,10 +107,10 @@ def test_a_steps_attempts_and_its_run_graph_in_the_sidebar(
     head = mini.locator(".cn-timeline-head")
     assert head.inner_text().startswith("Attempts over time: 2 in ")
     assert head.inner_text().endswith(", one running")
-    # above the attempt table, inside the sidebar's width
+    # below the verbs, inside the sidebar's width
     assert page.evaluate(
         f"""() => document.querySelector('{PANEL} .cm-Details-pictures')
-                 .nextElementSibling.classList.contains('cm-Details-attempts')"""
+                 .previousElementSibling.classList.contains('cm-Details-actions')"""
     )
     widths = page.evaluate(
         f"""() => {{
