@@ -30,9 +30,20 @@ def _sig(obj: Any) -> str:
         return ""
 
 
+def _members(cls: type) -> dict[str, Any]:
+    """The class's own members and those it inherits from the package's classes (e.g.
+    the Controller's ``list_tasks`` from ``TaskLister``), the nearest definition first."""
+    found: dict[str, Any] = {}
+    for base in cls.__mro__:
+        if base.__module__.startswith("chongming_nb"):
+            for name, member in vars(base).items():
+                found.setdefault(name, member)
+    return found
+
+
 def _methods(cls: type) -> list[str]:
     out = []
-    for name, member in sorted(vars(cls).items()):
+    for name, member in sorted(_members(cls).items()):
         if name.startswith("_") and name not in ("__await__",):
             continue
         if inspect.isdatadescriptor(member) and not inspect.ismemberdescriptor(member):

@@ -104,7 +104,7 @@ class Controlling(CliBase):
                     "timeout",
                     EXIT_TIMEOUT,
                     note=(
-                        f"not applied within {a.wait:g}s (owner: {owner}); the command "
+                        f"not applied within --wait {a.wait:g}s (owner: {owner}); the command "
                         "stays queued and will be applied when the owner claims it"
                     ),
                 )

@@ -145,15 +145,30 @@ def _args_task(p: argparse.ArgumentParser) -> None:
 def _args_control(verb: str) -> Callable[[argparse.ArgumentParser], None]:
     def add(c: argparse.ArgumentParser) -> None:
         c.add_argument("task_id")
-        c.add_argument("--wait", type=_seconds, default=5.0, help="seconds to wait (default 5)")
+        c.add_argument(
+            "--wait",
+            type=_seconds,
+            default=5.0,
+            help="seconds to wait for the task's owner to apply the command (default 5)",
+        )
         c.add_argument("--no-wait", action="store_true", help="queue the command and return")
         if verb == "stop":
             c.add_argument(
                 "--no-graceful", action="store_true", help="do not wait for a checkpoint"
             )
-            c.add_argument("--timeout", type=_seconds, help="grace window in seconds")
+            c.add_argument(
+                "--timeout",
+                type=_seconds,
+                help="grace window in seconds for the task to reach a checkpoint "
+                "(how long this command waits is --wait)",
+            )
         elif verb == "pause":
-            c.add_argument("--timeout", type=_seconds, help="seconds to reach a checkpoint")
+            c.add_argument(
+                "--timeout",
+                type=_seconds,
+                help="seconds the task gets to reach a checkpoint "
+                "(how long this command waits is --wait)",
+            )
         elif verb == "retry":
             c.add_argument("--force", action="store_true", help="grant one more attempt")
         elif verb == "skip":

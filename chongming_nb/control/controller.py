@@ -28,7 +28,7 @@ from chongming_nb.control.bus import EventBus, EventFilter, RunObserver
 from chongming_nb.control.dependencies import Dependencies
 from chongming_nb.control.dispatcher import Dispatcher
 from chongming_nb.control.handle import TaskHandle, TaskRef
-from chongming_nb.control.intake import NO_DEPS, Intake
+from chongming_nb.control.intake import NO_DEPS, Intake, SubmitOptions
 from chongming_nb.control.launcher import Launcher
 from chongming_nb.control.lifecycle import Lifecycle, OwnerLeases, check_settings
 from chongming_nb.control.ownership import (
@@ -37,7 +37,7 @@ from chongming_nb.control.ownership import (
     this_process,
 )
 from chongming_nb.control.persistence import StoreLink
-from chongming_nb.control.queries import Queries, status_set
+from chongming_nb.control.queries import Queries, TaskLister, status_set
 from chongming_nb.control.recovery import ConvergePlan
 from chongming_nb.control.spec import TaskRegistry
 from chongming_nb.control.timers import TimerQueue, TimerSeconds
@@ -60,13 +60,13 @@ from chongming_nb.core.validation import check_seconds
 from chongming_nb.pictures import Timeline, from_source
 from chongming_nb.runtime.clock import SYSTEM_CLOCK
 from chongming_nb.runtime.executors import Executor
-from chongming_nb.stores.protocol import LogRecord, TaskStore
+from chongming_nb.stores.protocol import LogRecord, TaskQuery, TaskStore
 
 if TYPE_CHECKING:
     import pandas as pd
 
 
-class Controller:
+class Controller(TaskLister):
     """Runs tasks in the background of the kernel and lets you control them.
 
     ``store``: None keeps everything in memory; a TaskStore (or a URL/path for
@@ -198,16 +198,19 @@ class Controller:
             fn,
             args,
             kwargs,
+            SubmitOptions(
+                name=name,
+                tags=tags,
+                priority=priority,
+                retry=retry,
+                timeout=timeout,
+                executor=executor,
+                idempotency_key=idempotency_key,
+                bucket_key=bucket_key,
+                delay=delay,
+                not_before=not_before,
+            ),
             after=after,
-            name=name,
-            tags=tags,
-            priority=priority,
-            retry=retry,
-            timeout=timeout,
-            executor=executor,
-            idempotency_key=idempotency_key,
-            bucket_key=bucket_key,
-            start=None if delay is None and not_before is None else (delay, not_before),
         )
         return TaskHandle(self, task_id)
 
@@ -228,7 +231,9 @@ class Controller:
         """Pause: QUEUED/RETRY_WAIT -> PAUSED at once; a running task -> PAUSING until it
         reaches a checkpoint (-> PAUSED) or ``timeout`` runs out (-> back to RUNNING with a
         warning). Idempotent on PAUSING/PAUSED."""
-        return self._verbs.pause(task_id, timeout, actor=actor, wait=wait)
+        seconds = check_seconds("timeout", timeout)
+        grace = self.pause_grace if seconds is None else seconds
+        return self._verbs.pause(task_id, grace, actor=actor, wait=wait)
 
     def resume(self, task_id: TaskRef, *, actor: str = "user") -> TaskSnapshot:
         """PAUSED -> RUNNING (paused in place) or -> QUEUED (paused before it started);
@@ -383,17 +388,9 @@ class Controller:
         """The task's snapshot, with the latest progress."""
         return self._queries.get(task_id)
 
-    def list_tasks(
-        self,
-        status: TaskStatus | str | Iterable[TaskStatus | str] | None = None,
-        tag: str | None = None,
-        name_prefix: str | None = None,
-        pipeline_run_id: str | None = None,
-        limit: int | None = None,
-        ids: Iterable[str] | None = None,
-    ) -> list[TaskSnapshot]:
-        """Snapshots, newest first, filtered."""
-        return self._queries.list_tasks(status, tag, name_prefix, pipeline_run_id, limit, ids)
+    def _matching(self, query: TaskQuery, ids: list[str] | None) -> list[TaskSnapshot]:
+        # list_tasks (TaskLister's, one signature for every task source) reads here
+        return self._queries._matching(query, ids)
 
     def stats(self, **filters: Any) -> dict[str, int]:
         """Counts per status value (every status present, zeros included)."""

@@ -161,7 +161,13 @@ class StoreLink:
         except StoreOutage as exc:
             ctl.persist_failures += 1
             now = self.book.clock.now()
-            if health.hold(batch, str(exc.cause), now):
+            keep = batch
+            if exc.remainder is not None:  # the rest landed, the held writes included
+                if held:
+                    health.written(len(held))
+                keep = exc.remainder
+            self._fence(conflicts)
+            if health.hold(keep, str(exc.cause), now):
                 log.warning("the store refuses writes; kept in memory: %s", exc.cause)
                 warnings.warn(
                     f"chongming: task state is not being saved to {self.store.url}: "
@@ -182,8 +188,13 @@ class StoreLink:
             log.warning("the store takes writes again; %d held writes written", len(held))
             health.recovered()
             self.ctl._poke()
+        self._fence(conflicts)
+
+    def _fence(self, conflicts: set[str]) -> None:
+        """Recorder thread: the tasks whose writes the store refused (it holds another
+        version) get nothing more written until they converge (dispatcher thread)."""
         if conflicts:
-            refused |= conflicts
+            self._refused |= conflicts
             self._fenced.extend(conflicts)
             self.ctl._poke()
 

@@ -50,15 +50,15 @@ StatusFilter = TaskStatus | str | Iterable[TaskStatus | str] | None
 
 
 class TaskLister:
-    """``list_tasks``, the task filters of the Controller (its ``Queries``), the
-    ``StoreReader`` and the widgets' ``FakeController``, stated once: each gives the
+    """``list_tasks``, the task filters of the Controller (which asks its ``Queries``),
+    the ``StoreReader`` and the widgets' ``FakeController``, stated once: each gives the
     snapshots of its own tasks that match (``_matching``)."""
 
     __slots__ = ()
 
     def list_tasks(
         self,
-        status: StatusFilter = None,
+        status: TaskStatus | str | Iterable[TaskStatus | str] | None = None,
         tag: str | None = None,
         name_prefix: str | None = None,
         pipeline_run_id: str | None = None,

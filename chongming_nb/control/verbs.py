@@ -88,14 +88,10 @@ class Verbs:
         return self._verb(task_id, go)
 
     def pause(
-        self,
-        task_id: object,
-        timeout: float | None = None,
-        *,
-        actor: str = "user",
-        wait: bool = False,
+        self, task_id: object, grace: float, *, actor: str, wait: bool = False
     ) -> TaskSnapshot:
-        grace = self.timers.pause_grace if timeout is None else check_seconds("timeout", timeout)
+        """``grace``: the seconds a running task has to reach a checkpoint (the caller
+        resolves ``timeout=`` against ``pause_grace``, as for ``stop``)."""
         check_text("actor", actor)
         book = self.book
 
@@ -341,7 +337,8 @@ class Verbs:
         assert reason is None or isinstance(reason, str)
         try:
             if verb == "pause":
-                self.pause(task_id, timeout, actor=actor)
+                grace = self.timers.pause_grace if timeout is None else timeout
+                self.pause(task_id, grace, actor=actor)
             elif verb == "resume":
                 self.resume(task_id, actor=actor)
             elif verb == "stop":

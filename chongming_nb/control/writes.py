@@ -96,12 +96,15 @@ _DURABLE: dict[type, bool] = {}
 
 
 class StoreOutage(Exception):
-    """The store refused a whole group commit for a reason that is not about the data
-    (read-only, unreachable, disk full): the batch is kept and written again later."""
+    """The store refused writes for a reason that is not about the data (read-only,
+    unreachable, disk full): what was not written is kept and written again later.
+    ``remainder`` None: nothing of the batch was written (keep it whole); else the
+    items of the batch still to write (the rest landed)."""
 
-    def __init__(self, cause: BaseException) -> None:
+    def __init__(self, cause: BaseException, remainder: list[Outgoing] | None = None) -> None:
         super().__init__(str(cause))
         self.cause = cause
+        self.remainder = remainder
 
 
 def write_batch(
@@ -116,15 +119,18 @@ def write_batch(
     ``conflicts`` collects the ids of tasks whose snapshot write was refused because
     the store holds another version (a reconciler settled the task: fencing); nothing
     more of those tasks is written from the batch (their transitions, attempts and
-    events would contradict the store's history). With ``raise_outage`` a group commit
-    refused by a ``StoreError`` that is not a conflict raises ``StoreOutage`` (the
-    caller keeps the batch), instead of being retried write by write.
+    events would contradict the store's history). With ``raise_outage`` a write
+    refused for a reason that is not about the data (``is_outage``) raises
+    ``StoreOutage`` naming what was not written (the caller keeps it), instead of
+    being dropped or retried write by write.
 
     A store with ``record_batch`` (the SQL backends) gets the whole batch as one
     transaction; any other gets ``clear_attempts``, ``save_many``, ``append_logs`` and
-    ``touch_many`` in that order. Either way a snapshot lands with (never before) the
-    transitions that lead to it, and a ``clear_attempts`` deletes the attempts recorded
-    before it, never one recorded after it in the same batch."""
+    ``touch_many`` in that order (an outage in the first two keeps the whole batch,
+    writing them again is harmless; one in the others keeps the log lines and touches
+    not written). Either way a snapshot lands with (never before) the transitions that
+    lead to it, and a ``clear_attempts`` deletes the attempts recorded before it,
+    never one recorded after it in the same batch; log trims come last."""
     items: list[tuple[TaskSnapshot, int | None]] = []
     transitions: list[Transition] = []
     attempts: dict[tuple[str, int], AttemptRecord] = {}
@@ -175,20 +181,81 @@ def write_batch(
             # what the clear deletes: attempts recorded before it, not those after it
             for key in [k for k in attempts if k[0] == tid]:
                 del attempts[key]
-    if not (items or transitions or attempts or events or touches or logs or clears):
-        return _trim(store, trims)
-    failures = _write(
-        store, items, transitions, attempts, events, touches, logs, clears, conflicts, raise_outage
-    )
-    return failures + _trim(store, trims)
+    unwritten = _Unwritten(raise_outage)
+    failures = 0
+    if items or transitions or attempts or events or touches or logs or clears:
+        failures = _write(
+            store,
+            items,
+            transitions,
+            attempts,
+            events,
+            touches,
+            logs,
+            clears,
+            conflicts,
+            unwritten,
+        )
+    failures += _trim(store, trims, unwritten)
+    if unwritten.cause is not None:
+        raise StoreOutage(unwritten.cause, unwritten.of(batch))
+    return failures
 
 
-def _trim(store: TaskStore, trims: dict[str, int]) -> int:
+def is_outage(exc: BaseException) -> bool:
+    """Is a refused write about the store (read-only, unreachable, full: ``StoreError``
+    or ``OSError``, what a store raises for those) rather than the data (a conflict:
+    fencing) or a bug? Such a write is kept and written again later."""
+    return isinstance(exc, StoreError | OSError) and not isinstance(exc, ConcurrencyConflict)
+
+
+class _Unwritten:
+    """With ``raise_outage``: the side writes (log lines, touches, trims) an outage
+    refused after the batch's snapshots landed, to keep for later."""
+
+    def __init__(self, keep: bool) -> None:
+        self.keep = keep
+        self.cause: BaseException | None = None
+        self.logs: set[str] = set()
+        self.trims: set[str] = set()
+        self.touches = False
+
+    def refused(self, exc: BaseException) -> bool:
+        """True (and remembered) when ``exc`` is an outage whose writes are kept."""
+        if not (self.keep and is_outage(exc)):
+            return False
+        if self.cause is None:
+            self.cause = exc
+        return True
+
+    def of(self, batch: Sequence[Outgoing]) -> list[Outgoing]:
+        """The items of ``batch`` not written, in order."""
+        out: list[Outgoing] = []
+        for item in batch:
+            cls = item.__class__
+            if cls is AppendLog:
+                keep = item.task_id in self.logs
+            elif cls is TrimLogs:
+                keep = item.task_id in self.trims
+            else:
+                keep = self.touches and cls in _TOUCHES
+            if keep:
+                out.append(item)
+        return out
+
+
+_TOUCHES = frozenset({TouchProgress, TouchHeartbeat, TouchLease})
+
+
+def _trim(store: TaskStore, trims: dict[str, int], unwritten: _Unwritten) -> int:
     failures = 0
     for tid, keep in trims.items():
         try:
             store.trim_logs(tid, keep)
-        except Exception:
+        except Exception as exc:
+            if unwritten.refused(exc):
+                unwritten.trims.add(tid)
+                continue
             failures += 1
             log.exception("trimming the log of %s failed", tid)
     return failures
@@ -204,7 +271,7 @@ def _write(
     logs: dict[str, list[LogRecord]],
     clears: list[str],
     conflicts: set[str] | None,
-    raise_outage: bool,
+    unwritten: _Unwritten,
 ) -> int:
     record = getattr(store, "record_batch", None)
     if record is not None:
@@ -220,26 +287,33 @@ def _write(
             )
             return 0
         except Exception as exc:
-            if raise_outage and isinstance(exc, StoreError) and not _is_conflict(exc):
+            if unwritten.keep and is_outage(exc):
                 raise StoreOutage(exc) from exc
             if not _is_conflict(exc):
                 log.exception("group commit of %d items failed; writing one by one", len(items))
-            failures = _side_writes(store, clears, {}, [])
+            # (a clear refused here is counted, not kept: the rest of its batch lands)
+            failures = _side_writes(store, clears, {}, [], _Unwritten(False))
             failures += _one_by_one(
                 store, items, transitions, list(attempts.values()), events, conflicts
             )
-            return failures + _side_writes(store, [], logs, touches)
-    failures = _side_writes(store, clears, {}, [])
+            return failures + _side_writes(store, [], logs, touches, unwritten)
+    # nothing of the batch is kept until the group commit lands: a clear that is
+    # written again deletes nothing the batch saved, a refused save_many wrote nothing
+    failures = _side_writes(store, clears, {}, [], unwritten)
+    if unwritten.cause is not None:
+        raise StoreOutage(unwritten.cause)
     if items or transitions or attempts or events:
         try:
             store.save_many(items, transitions, attempts=list(attempts.values()), events=events)
         except Exception as exc:
+            if unwritten.keep and is_outage(exc):
+                raise StoreOutage(exc) from exc
             if not _is_conflict(exc):
                 log.exception("group commit of %d snapshots failed; writing one by one", len(items))
             failures += _one_by_one(
                 store, items, transitions, list(attempts.values()), events, conflicts
             )
-    return failures + _side_writes(store, [], logs, touches)
+    return failures + _side_writes(store, [], logs, touches, unwritten)
 
 
 def task_of(item: object) -> str | None:
@@ -256,24 +330,37 @@ def _is_conflict(exc: BaseException) -> bool:
 
 
 def _side_writes(
-    store: TaskStore, clears: list[str], logs: dict[str, list[LogRecord]], touches: list[Touch]
+    store: TaskStore,
+    clears: list[str],
+    logs: dict[str, list[LogRecord]],
+    touches: list[Touch],
+    unwritten: _Unwritten,
 ) -> int:
+    """Clears, log lines, touches; an outage's refusals go to ``unwritten`` (kept),
+    any other failure is counted."""
     failures = 0
     for tid in clears:
         try:
             store.clear_attempts(tid)
-        except Exception:
-            failures += 1
+        except Exception as exc:
+            if not unwritten.refused(exc):
+                failures += 1
     for tid, lines in logs.items():
         try:
             store.append_logs(tid, lines)
-        except Exception:
-            failures += 1
+        except Exception as exc:
+            if unwritten.refused(exc):
+                unwritten.logs.add(tid)
+            else:
+                failures += 1
     if touches:
         try:
             store.touch_many(touches)
-        except Exception:
-            failures += 1
+        except Exception as exc:
+            if unwritten.refused(exc):
+                unwritten.touches = True
+            else:
+                failures += 1
     return failures
 
 

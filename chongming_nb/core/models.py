@@ -237,9 +237,20 @@ _BLANK = TaskSnapshot(task_id="", name="")
 
 #: The fields a submitted task's snapshot sets (the rest keep their defaults).
 SUBMIT_FIELDS = (
-    "task_id", "name", "pipeline_run_id", "tags", "max_attempts", "created_at", "executor",
-    "priority", "deps", "idempotency_key", "bucket", "bucket_key", "lease_owner",
-)  # fmt: skip
+    "task_id",
+    "name",
+    "pipeline_run_id",
+    "tags",
+    "max_attempts",
+    "created_at",
+    "executor",
+    "priority",
+    "deps",
+    "idempotency_key",
+    "bucket",
+    "bucket_key",
+    "lease_owner",
+)
 _evolve_submitted = evolver(TaskSnapshot, leading=SUBMIT_FIELDS)
 
 

@@ -266,19 +266,27 @@ class QueryCases:
     """Contract cases: query filters, keyset pages, counts, purge."""
 
     def _seed_query(self, store: TaskStore) -> None:
+        # task id, name, status, tags, bucket, pipeline run, lease owner, created at
         rows = [
-            snap("t1", name="load_a", status=S.RUNNING, tags=frozenset({"io"}), bucket=1,
-                 pipeline_run_id="r1", lease_owner="o1", created_at=at(1)),
-            snap("t2", name="load_b", status=S.FAILED, tags=frozenset({"io", "x"}), bucket=2,
-                 pipeline_run_id="r1", lease_owner="o2", created_at=at(2)),
-            snap("t3", name="Load_c", status=S.SUCCEEDED, tags=frozenset(), bucket=None,
-                 pipeline_run_id="r2", created_at=at(3)),
-            snap("t4", name="lo%d_", status=S.QUEUED, tags=frozenset({"x"}), bucket=1,
-                 created_at=at(3)),
-            snap("t5", name="undated", status=S.PENDING, created_at=None),
-        ]  # fmt: skip
-        for r in rows:
-            store.create(r)
+            ("t1", "load_a", S.RUNNING, {"io"}, 1, "r1", "o1", at(1)),
+            ("t2", "load_b", S.FAILED, {"io", "x"}, 2, "r1", "o2", at(2)),
+            ("t3", "Load_c", S.SUCCEEDED, set(), None, "r2", None, at(3)),
+            ("t4", "lo%d_", S.QUEUED, {"x"}, 1, None, None, at(3)),
+            ("t5", "undated", S.PENDING, set(), None, None, None, None),
+        ]
+        for task_id, name, status, tags, bucket, run, owner, created in rows:
+            store.create(
+                TaskSnapshot(
+                    task_id=task_id,
+                    name=name,
+                    status=status,
+                    tags=frozenset(tags),
+                    bucket=bucket,
+                    pipeline_run_id=run,
+                    lease_owner=owner,
+                    created_at=created,
+                )
+            )
 
     def case_page_walks_the_query_in_order(self, store: TaskStore) -> None:
         # ties in created_at, undated tasks, a filter: pages of 4 give query()'s rows
@@ -534,8 +542,9 @@ class HistoryCases:
         got = store.get("t")
         assert got is not None
         expect_eq((got.last_heartbeat_at, got.pid, got.status_version), (at(9), 78, 3), "many")
-        store.save(got.evolve(status=S.SUCCEEDED, status_version=4, ended_at=at(10)),
-                   expect_version=3)  # fmt: skip
+        store.save(
+            got.evolve(status=S.SUCCEEDED, status_version=4, ended_at=at(10)), expect_version=3
+        )
         expect_eq(store.get("t").status_version, 4, "a save after touches still works")  # type: ignore[union-attr]
 
 

@@ -310,7 +310,7 @@ def test_no_wait_and_timeout(db: tuple[str, SqliteStore]) -> None:
     assert store.commands("q1")[0].state is CommandState.PENDING
     code, _, err = run("--store", url, "skip", "q1", "--wait", "0.1", "--reason", "not today")
     assert code == EXIT_TIMEOUT
-    assert "not applied within 0.1s" in err and "host:1:kernel" in err
+    assert "not applied within --wait 0.1s" in err and "host:1:kernel" in err
     assert store.commands("q1")[1].args == {"reason": "not today"}
 
 

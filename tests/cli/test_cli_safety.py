@@ -345,7 +345,11 @@ def test_exit_codes_0_2_3_5_on_one_store(tmp_path: Path) -> None:
     assert run("--store", str(db), "status", "nope")[0] == EXIT_USAGE
     assert run("--store", str(db), "resume", "ok1")[0] == EXIT_ILLEGAL  # not paused
     code, _, err = run("--store", str(db), "pause", "ok1", "--wait", "0")
-    assert code == EXIT_TIMEOUT and "not applied within 0s" in err
+    assert code == EXIT_TIMEOUT and "not applied within --wait 0s" in err
+    # --timeout is the task's grace window, not how long the command waits: the message
+    # names the flag that timed out (it said "within 5s" to a user who gave --timeout 3)
+    code, _, err = run("--store", str(db), "pause", "ok1", "--timeout", "3", "--wait", "0")
+    assert code == EXIT_TIMEOUT and "not applied within --wait 0s" in err
 
 
 def test_exit_6_verify_reports_gaps(tmp_path: Path) -> None:

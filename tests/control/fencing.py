@@ -1,5 +1,5 @@
 """Helpers for the recovery tests: pairs of stores on one backing (the controller's
-connection and a reconciler's), a store that fails on demand, and the reconciler of
+connection and a reconciler's) and the reconciler of
 another host whose clock says the owner's lease ended long ago."""
 
 from __future__ import annotations
@@ -7,12 +7,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
 
 from chongming_nb import Controller
 from chongming_nb.control.persistence import verify
 from chongming_nb.control.recovery import reconcile_store
-from chongming_nb.core.errors import StoreError
 from chongming_nb.runtime.cancellation import CancellationToken
 from chongming_nb.runtime.executors import ExecutionRequest, Reporter, run_attempt
 from chongming_nb.runtime.executors.thread import ThreadHandle
@@ -24,35 +22,6 @@ from chongming_nb.testing import FakeClock
 FAR = "far-away:1:-:1-0000cafe"
 
 StorePair = tuple[TaskStore, TaskStore]
-
-
-class FlakyStore:
-    """A store that raises ``StoreError`` (what a real store raises for an unreachable
-    database) from the methods named in ``failing``, and passes everything else on."""
-
-    def __init__(self, inner: TaskStore) -> None:
-        self.inner = inner
-        self.failing: set[str] = set()
-        self.refused = 0
-
-    def fail(self, *names: str) -> None:
-        self.failing |= set(names)
-
-    def heal(self) -> None:
-        self.failing.clear()
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self.inner, name)
-        if not callable(attr):
-            return attr
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            if name in self.failing:
-                self.refused += 1
-                raise StoreError(f"{name}: could not connect to the store (test)")
-            return attr(*args, **kwargs)
-
-        return call
 
 
 def agree(ctl: Controller, store: TaskStore, tid: str) -> None:

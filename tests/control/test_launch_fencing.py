@@ -10,11 +10,12 @@ from collections.abc import Callable
 
 import pytest
 from ctl_helpers import Rig, ok_task, wait_status
-from fencing import FAR, FlakyStore, StorePair, WatchedExecutor, agree, settle_from_elsewhere
+from fencing import FAR, StorePair, WatchedExecutor, agree, settle_from_elsewhere
 
 from chongming_nb import Controller, TaskContext, TaskStatus
 from chongming_nb.control.loops import LoopRecord
 from chongming_nb.control.persistence import PersistenceWarning
+from chongming_nb.testing.stores import ForwardingStore
 
 S = TaskStatus
 
@@ -132,7 +133,7 @@ def test_a_held_launch_that_is_stopped_never_starts(
     never began; when the store is back memory and store agree. (SQL stores: they hold
     the writes of an outage.)"""
     main, _ = pair
-    flaky = FlakyStore(main)
+    flaky = ForwardingStore(main)
     ex = WatchedExecutor()
     ctl = make_ctl(store=flaky, owner=FAR, lease_seconds=1, executor=ex)
     ctl._dispatcher.store_tick = None
@@ -161,7 +162,7 @@ def test_failing_lease_renewals_put_a_launch_in_doubt(
     and a reconciler settles the queued task. Its launch waits for the store, which
     refuses it: the work never begins."""
     main, other = pair
-    flaky = FlakyStore(main)
+    flaky = ForwardingStore(main)
     rq = RunningAndQueued(rig, make_ctl, flaky)
     ctl, ex, gate, began, a, b = rq.ctl, rq.ex, rq.gate, rq.began, rq.a, rq.b
     leases = ctl._leases
@@ -197,7 +198,7 @@ def test_a_loop_in_a_cell_is_never_held(
     says: its task starts at once even while the owner's standing is in doubt and
     the store takes no writes (holding it would only fail the loop)."""
     main, _ = pair
-    flaky = FlakyStore(main)
+    flaky = ForwardingStore(main)
     ctl = make_ctl(store=flaky, owner=FAR, lease_seconds=1)
     ctl._dispatcher.store_tick = None
     rig.clock.advance(5)

@@ -11,9 +11,10 @@ from collections.abc import Callable
 
 import pytest
 from ctl_helpers import Rig, wait_status
-from fencing import FAR, FlakyStore, StorePair, agree, settle_from_elsewhere
+from fencing import FAR, StorePair, agree, settle_from_elsewhere
 
 from chongming_nb import Controller, TaskContext, TaskStatus
+from chongming_nb.testing.stores import ForwardingStore
 
 S = TaskStatus
 
@@ -26,7 +27,7 @@ def test_a_converge_whose_read_fails_is_tried_again_and_reported(
     converged — health() says so — and converges once the store answers; later
     writes of the task reach the store."""
     main, other = pair
-    flaky = FlakyStore(main)
+    flaky = ForwardingStore(main)
     ctl = make_ctl(store=flaky, owner=FAR, lease_seconds=1)
     gate = rig.gate()
     h = ctl.submit(gate.cooperative, 7, name="work")

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import chongming_nb as cn
+from chongming_nb.control.persistence import PersistenceWarning
 from chongming_nb.core.models import Command, CommandState
 from chongming_nb.core.states import NON_TERMINAL, TaskStatus
 from chongming_nb.stores import SqliteStore, TaskQuery
@@ -113,6 +114,7 @@ def test_history_replays_for_every_task_after_crashes(tmp_path: Path) -> None:
 CONTROLLED = """
 import sys, time, os
 import chongming_nb as cn
+from chongming_nb.control.persistence import PersistenceWarning
 ctl = cn.Controller(store=sys.argv[1], owner=f"{os.uname().nodename}:{os.getpid()}:kernel-x")
 def loop(ctx):
     while True:
@@ -216,11 +218,13 @@ def test_write_through_matches_memory_and_failures_never_fail_a_task(tmp_path: P
 
         link = ctl._link
         assert link is not None
-        link.store = Broken()  # every write now fails
-        h = ctl.submit(lambda ctx: "still fine")
-        assert h.result(10) == "still fine"
-        ctl.flush()
+        link.store = Broken()  # every write now fails: held, and said
+        with pytest.warns(PersistenceWarning, match="disk on fire"):
+            h = ctl.submit(lambda ctx: "still fine")
+            assert h.result(10) == "still fine"
+            ctl.flush()
         assert ctl.persist_failures > 0
+        assert ctl.health()["saved"] is False
     finally:
         if ctl._link is not None:
             ctl._link.store = store

@@ -22,33 +22,11 @@ from chongming_nb.runtime.clock import SYSTEM_CLOCK
 from chongming_nb.server.extension import SETTINGS_KEY, ServerState
 from chongming_nb.server.serialize import CanFlags, can_flags, task_rows
 from chongming_nb.stores import SqliteStore
-from chongming_nb.stores.protocol import TaskStore
+from chongming_nb.testing.stores import ForwardingStore
 
 S = TaskStatus
 API = ("chongming", "api")
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-class CountingStore:
-    """Forwards to a real store and counts the calls by method name."""
-
-    def __init__(self, inner: TaskStore) -> None:
-        self._inner = inner
-        self.calls: Counter[str] = Counter()
-
-    def close(self) -> None:
-        self._inner.close()
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._inner, name)
-        if not callable(attr):
-            return attr
-
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            self.calls[name] += 1
-            return attr(*args, **kwargs)
-
-        return counted
 
 
 class CountingMachine(StateMachine):
@@ -108,7 +86,7 @@ async def _list_counted(
 ) -> tuple[dict[str, Any], Counter[str], int]:
     kinds = [S.SUCCEEDED, S.SUCCEEDED, S.FAILED, S.STOPPED]
     writer.save_many([(finished(i, kinds[i % 4]), None) for i in grow])
-    store = CountingStore(SqliteStore(store_path))
+    store = ForwardingStore(SqliteStore(store_path))
     sm = CountingMachine()
     state.set_store(store)
     state.feed = StillFeed()  # type: ignore[assignment]
