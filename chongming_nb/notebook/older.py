@@ -32,7 +32,6 @@ __all__ = [
     "initial_snapshots",
     "kept_finished",
     "status_matches",
-    "status_since",
     "where_hint",
 ]
 
@@ -82,23 +81,6 @@ def departed_status(ctl: Any, task_id: str) -> str | None:
         return str(exc.status.value)
     except TaskNotFound:
         return None
-    return None
-
-
-def status_since(ctl: Any, snap: TaskSnapshot) -> datetime | None:
-    """When ``snap``'s current status began: the time of its transition to this
-    ``status_version`` in ``ctl.history`` (None when the controller cannot say)."""
-    history = getattr(ctl, "history", None)
-    if not callable(history):
-        return None
-    try:
-        transitions = history(snap.task_id)
-    except Exception:  # (a task that left memory without a store, a controller without it)
-        return None
-    for tr in reversed(transitions):
-        if tr.version == snap.status_version:
-            at: datetime = tr.at
-            return at
     return None
 
 

@@ -9,17 +9,19 @@ import html
 import math
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from chongming_nb.core.models import (
     ACTOR_SOURCE_LABELS,
     TaskSnapshot,
+    Transition,
     end_summary,
     start_text,
     start_time,
 )
-from chongming_nb.core.states import OCCUPIED
+from chongming_nb.core.states import TaskStatus
 from chongming_nb.notebook.older import add_counts, hidden_text
 from chongming_nb.notebook.schema import STATUSES, VERBS
 
@@ -163,16 +165,76 @@ def average_rate(snap: TaskSnapshot) -> float | None:
     return float(prog.done) / secs if secs > 0 else None
 
 
+@dataclass(frozen=True, slots=True)
+class PauseClock:
+    """The pauses in place of a task's current attempt: ``paused``, the seconds it spent
+    PAUSED in the pauses that ended; ``since``, when the pause it is in now began (None
+    when it is not paused). See :func:`pause_clock`."""
+
+    paused: float = 0.0
+    since: datetime | None = None
+
+
+#: A task never paused in its current attempt (or not started).
+NO_PAUSE = PauseClock()
+
+
+def pause_clock(snap: TaskSnapshot, transitions: Iterable[Transition]) -> PauseClock:
+    """The pauses of ``snap``'s current attempt, from the task's ``transitions`` (ascending
+    by version; all of them, or only those into and out of PAUSED). A pause is the span
+    from a transition into PAUSED to the next one out of it, counted when it began at or
+    after the attempt's start (``started_at``); a transition newer than ``snap`` is left
+    out, so a snapshot and a history read a moment apart still agree. PAUSING is work:
+    the task runs to its next checkpoint (or the pause is withdrawn and it never stopped).
+
+    The one definition of a row's elapsed time (``frozen``, ``paused``): the kernel's
+    board reads the transitions from the controller, the sidebar's listing from the
+    store (one read per page)."""
+    started = snap.started_at
+    if started is None:
+        return NO_PAUSE
+    paused = 0.0
+    entered: datetime | None = None
+    for tr in transitions:
+        if tr.version > snap.status_version or tr.at < started:
+            continue
+        if tr.to_status is TaskStatus.PAUSED:
+            entered = tr.at
+        elif tr.from_status is TaskStatus.PAUSED and entered is not None:
+            paused += max(0.0, (tr.at - entered).total_seconds())
+            entered = None
+    since = entered if snap.status is TaskStatus.PAUSED else None
+    if not paused and since is None:
+        return NO_PAUSE
+    return PauseClock(paused, since)
+
+
+def elapsed_seconds(row: Mapping[str, Any], now_ms: float) -> float | None:
+    """Seconds of work of a row's current attempt at ``now_ms`` (None before it started):
+    its wall time, to ``ended``, else to ``frozen`` (paused), else to now, minus the time
+    it spent ``paused``. The same as ``elapsedSeconds`` of ``labextension/src/row.ts``."""
+    started = row.get("started")
+    if started is None:
+        return None
+    end = row.get("ended")
+    if end is None:
+        end = row.get("frozen")
+    if end is None:
+        end = now_ms
+    paused = float(row.get("paused") or 0.0)
+    return max(0.0, (float(end) - float(started) - paused) / 1000.0)
+
+
 def build_row(
     snap: TaskSnapshot,
     can: Mapping[str, tuple[bool, str | None]],
     *,
     rate: float | None = None,
     last_line: str | None = None,
-    since: datetime | None = None,
+    pauses: PauseClock = NO_PAUSE,
 ) -> dict[str, Any]:
-    """One row (keys: :data:`chongming_nb.notebook.schema.ROW_FIELDS`). ``since``: when
-    the task's current status began (its last transition), for ``frozen``."""
+    """One row (keys: :data:`chongming_nb.notebook.schema.ROW_FIELDS`). ``pauses``: the
+    pauses of its current attempt (:func:`pause_clock`), for ``frozen`` and ``paused``."""
     failure = None
     if snap.failure is not None:
         failure = {
@@ -201,14 +263,9 @@ def build_row(
         "starts": epoch_ms(start_time(snap)),
         "requested": None if snap.requested_action is None else str(snap.requested_action.value),
         "can": {verb: bool(can.get(verb, (False, None))[0]) for verb in VERBS},
-        "frozen": epoch_ms(since) if since is not None and clock_stopped(snap) else None,
+        "frozen": epoch_ms(pauses.since),
+        "paused": round(pauses.paused * 1000.0, 3),
     }
-
-
-def clock_stopped(snap: TaskSnapshot) -> bool:
-    """Has this task started and not finished, and does it not work now (paused, waiting
-    for a retry)? Its row's elapsed time stops when its status began (``frozen``)."""
-    return snap.started_at is not None and not snap.is_terminal and snap.status not in OCCUPIED
 
 
 def starts_text(row: Mapping[str, Any], now_ms: float) -> str | None:
@@ -256,14 +313,9 @@ def _fmt_time(ms: float | None) -> str:
 
 
 def _fmt_duration(row: Mapping[str, Any], now_ms: float) -> str:
-    started = row.get("started")
-    if started is None:
+    secs = elapsed_seconds(row, now_ms)
+    if secs is None:
         return ""
-    ended = row.get("ended")
-    if ended is None:
-        ended = row.get("frozen")
-    end = float(ended) if ended is not None else now_ms
-    secs = max(0.0, (float(end) - float(started)) / 1000.0)
     m, s = divmod(int(secs), 60)
     h, m = divmod(m, 60)
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"

@@ -128,10 +128,15 @@ ROW_TYPES: Final[Mapping[str, str]] = {
     "starts": "number | null",  # epoch ms a delayed task may start (delay= / not_before=)
     "requested": "string | null",  # "stop" | "pause" | None while on its way
     "can": "Record<ControlVerb, boolean>",  # for every verb in VERBS
-    # epoch ms the clock of a started, unfinished task that does not work now (paused,
-    # waiting for a retry) stopped: when its current status began. Every view counts its
-    # elapsed time to this instant, so the board and the sidebar agree. None otherwise
+    # A row's elapsed time is the work of its current attempt: its wall time (started ->
+    # ended, frozen, or now) minus the time it spent paused in place (PAUSED); both
+    # fields come from the task's transitions (the kernel's history for a board, the
+    # store's for the sidebar), so every view shows the same elapsed time.
+    # epoch ms the pause a started, unfinished task is in now began (its clock stands
+    # still there); None when it is not paused in place
     "frozen": "number | null",
+    # ms the current attempt spent PAUSED in its pauses that ended (0: never paused)
+    "paused": "number",
 }
 #: Keys of one row, in order.
 ROW_FIELDS: Final[tuple[str, ...]] = tuple(ROW_TYPES)

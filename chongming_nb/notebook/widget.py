@@ -43,16 +43,17 @@ from chongming_nb.notebook.older import (
     initial_snapshots,
     kept_finished,
     status_matches,
-    status_since,
     where_hint,
 )
 from chongming_nb.notebook.requests import TableRequests
 from chongming_nb.notebook.rows import (
+    NO_PAUSE,
+    PauseClock,
     RateTracker,
     build_row,
     clip,
-    clock_stopped,
     epoch_ms,
+    pause_clock,
     progress_fields,
     render_html,
     render_plain,
@@ -432,10 +433,28 @@ class TaskTable(TableRequests, anywidget.AnyWidget):
         """Build a row. Calls the controller: never call it holding ``self._lock`` (the
         controller may call ``_on_event`` holding its own lock)."""
         self._keys[snap.task_id] = status_key(snap)
-        since = status_since(self._ctl, snap) if clock_stopped(snap) else None
         return build_row(
-            snap, self._can_for(snap), rate=self._rate_for(snap), last_line=last_line, since=since
+            snap,
+            self._can_for(snap),
+            rate=self._rate_for(snap),
+            last_line=last_line,
+            pauses=self._pauses_for(snap),
         )
+
+    def _pauses_for(self, snap: TaskSnapshot) -> PauseClock:
+        """The pauses of a started task's current attempt, from the controller's history of
+        it (the store's for a task no longer in memory); asked when the row's status
+        changes, not per progress update."""
+        if snap.started_at is None:
+            return NO_PAUSE
+        history = getattr(self._ctl, "history", None)
+        if not callable(history):
+            return NO_PAUSE
+        try:
+            transitions = history(snap.task_id)
+        except Exception:  # (a task that left memory without a store, a controller without it)
+            return NO_PAUSE
+        return pause_clock(snap, transitions)
 
     def _rate_for(self, snap: TaskSnapshot) -> float | None:
         """Feed the task's progress to the rate tracker; its rate (None when terminal)."""

@@ -24,6 +24,7 @@ from jupyter_server.utils import url_path_join
 from chongming_nb.core.models import Command, CommandState, TaskSnapshot
 from chongming_nb.core.state_machine import CONTROL_VERBS
 from chongming_nb.core.states import TaskStatus
+from chongming_nb.notebook.rows import NO_PAUSE
 from chongming_nb.server.contract import API_NAMESPACE, FEED_MAX_WAIT_S
 from chongming_nb.server.listing import MAX_LIMIT, BadQuery, Page, parse_listing, read_page
 from chongming_nb.server.pictures import run_graph, task_timeline
@@ -32,7 +33,7 @@ from chongming_nb.server.serialize import (
     gone_retry_reason,
     owner_row,
     parse_owner,
-    stopped_since,
+    pause_clocks,
     task_detail,
     task_row,
     task_rows,
@@ -139,9 +140,15 @@ class _Base(APIHandler):
         # (on a store thread: every caller builds its answer in cm.run)
         now = self.cm.clock.now()
         gone = self.cm.liveness.gone(snaps, now=now, owners=owners)
-        since = stopped_since(self.cm.get_store(), snaps)
+        pauses = pause_clocks(self.cm.get_store(), snaps)  # one read for every row
         return task_rows(
-            snaps, sm=self.cm.sm, now=now, owners=owners, sessions=sessions, gone=gone, since=since
+            snaps,
+            sm=self.cm.sm,
+            now=now,
+            owners=owners,
+            sessions=sessions,
+            gone=gone,
+            pauses=pauses,
         )
 
 
@@ -242,7 +249,7 @@ class TaskHandler(_Base):
                 gone=self.cm.liveness.gone([snap], now=now, owners=owners).get(task_id),
                 owners=owners,
                 sessions=sessions,
-                since=stopped_since(store, [snap]).get(task_id),
+                pauses=pause_clocks(store, [snap]).get(task_id, NO_PAUSE),
             )
             return task_detail(
                 snap,

@@ -3,15 +3,20 @@ commands. Pure functions of store records, a clock reading and the session map."
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from chongming_nb.control.ownership import OwnerId
+from chongming_nb.core.errors import StoreError
 from chongming_nb.core.models import AttemptRecord, Command, TaskSnapshot, Transition
 from chongming_nb.core.state_machine import CONTROL_VERBS, StateMachine
-from chongming_nb.notebook.rows import average_rate, build_row, clock_stopped
-from chongming_nb.stores.protocol import EventRecord, LogRecord, OwnerRecord
+from chongming_nb.core.states import TaskStatus
+from chongming_nb.notebook.rows import NO_PAUSE, PauseClock, average_rate, build_row, pause_clock
+from chongming_nb.stores.protocol import EventRecord, LogRecord, OwnerRecord, TaskStore
+
+log = logging.getLogger("chongming_nb.server")
 
 
 def iso(value: datetime | None) -> str | None:
@@ -97,37 +102,28 @@ def gone_retry_reason(gone: str) -> str:
     return f"the kernel that ran it is gone ({gone}): no controller holds its code to run it again"
 
 
-#: (task id, status_version) -> when that status began, for rows whose clock stopped
-#: (see ``stopped_since``); a status version's time never changes. Bounded: cleared when
-#: full.
-_SINCE: dict[tuple[str, int], datetime] = {}
-_SINCE_MAX = 10_000
+_PAUSED = frozenset({TaskStatus.PAUSED})
 
 
-def stopped_since(store: Any, snaps: Iterable[TaskSnapshot]) -> dict[str, datetime]:
-    """Task id -> when its current status began, for the started, unfinished tasks that
-    do not work now (paused, waiting for a retry): the row's ``frozen``, the instant its
-    elapsed time stopped (the kernel's board takes it from the same transition). One
-    indexed read of the store per such task and status version. Run it on a store
-    thread."""
-    out: dict[str, datetime] = {}
-    for snap in snaps:
-        if not clock_stopped(snap):
-            continue
-        key = (snap.task_id, snap.status_version)
-        at = _SINCE.get(key)
-        if at is None:
-            try:
-                trs = store.history(snap.task_id, since_version=snap.status_version - 1)
-            except Exception:
-                continue
-            at = next((t.at for t in trs if t.version == snap.status_version), None)
-            if at is None:
-                continue
-            if len(_SINCE) >= _SINCE_MAX:
-                _SINCE.clear()
-            _SINCE[key] = at
-        out[snap.task_id] = at
+def pause_clocks(store: TaskStore, snaps: Iterable[TaskSnapshot]) -> dict[str, PauseClock]:
+    """Task id -> the pauses of its current attempt (``rows.pause_clock``: the row's
+    ``frozen`` and ``paused``), for the tasks among ``snaps`` that were paused in it; the
+    kernel's board takes them from the same transitions. One read of the store for all
+    of them (the transitions into and out of PAUSED of the started ones), whatever their
+    number. Run it on a store thread."""
+    started = {s.task_id: s for s in snaps if s.started_at is not None}
+    if not started:
+        return {}
+    try:
+        found = store.histories(list(started), touching=_PAUSED)
+    except StoreError as err:  # the rows go out without their pauses, said in the log
+        log.warning("chongming_nb: the pauses of %d tasks were not read: %s", len(started), err)
+        return {}
+    out: dict[str, PauseClock] = {}
+    for tid, trs in found.items():
+        snap = started.get(tid)
+        if snap is not None and (clock := pause_clock(snap, trs)) is not NO_PAUSE:
+            out[tid] = clock
     return out
 
 
@@ -140,7 +136,7 @@ def task_row(
     sessions: Mapping[str, str],
     flags: CanFlags | None = None,
     gone: str | None = None,
-    since: datetime | None = None,
+    pauses: PauseClock = NO_PAUSE,
 ) -> dict[str, Any]:
     """One task as the sidebar lists it: the row the widget draws
     (:func:`chongming_nb.notebook.rows.build_row`, keys ``schema.ROW_TYPES``) plus
@@ -148,7 +144,7 @@ def task_row(
     rows (see ``CanFlags``). ``now`` is not read: a row says when things happened, the
     front end counts. ``gone``: why the task's owning kernel is gone
     (``server.liveness``): the row says "kernel gone" and no verb is possible.
-    ``since``: when its current status began (``stopped_since``)."""
+    ``pauses``: the pauses of its current attempt (``pause_clocks``)."""
     host, pid, kernel = parse_owner(snap.lease_owner)
     rec = owners.get(snap.lease_owner) if snap.lease_owner else None
     if rec is not None:
@@ -168,7 +164,7 @@ def task_row(
         snap,
         {verb: (ok, why.get(verb)) for verb, ok in can.items()},
         rate=average_rate(snap),
-        since=since,
+        pauses=pauses,
     )
     row["why"] = why
     row["owner"] = snap.lease_owner
@@ -189,14 +185,14 @@ def task_rows(
     owners: Mapping[str, OwnerRecord],
     sessions: Mapping[str, str],
     gone: Mapping[str, str] | None = None,
-    since: Mapping[str, datetime] | None = None,
+    pauses: Mapping[str, PauseClock] | None = None,
 ) -> list[dict[str, Any]]:
     """The rows of a listing (or a feed answer), sharing one ``CanFlags``; ``gone``:
-    task id -> why its kernel is gone; ``since``: task id -> when its current status
-    began (``stopped_since``)."""
+    task id -> why its kernel is gone; ``pauses``: task id -> the pauses of its current
+    attempt (``pause_clocks``; a task left out was not paused)."""
     flags = CanFlags(sm)
     g = gone or {}
-    began = since or {}
+    paused = pauses or {}
     return [
         task_row(
             s,
@@ -206,7 +202,7 @@ def task_rows(
             sessions=sessions,
             flags=flags,
             gone=g.get(s.task_id),
-            since=began.get(s.task_id),
+            pauses=paused.get(s.task_id, NO_PAUSE),
         )
         for s in snaps
     ]

@@ -598,6 +598,31 @@ class SqlStore(StoreBase):
         )
         return [codec.row_to_transition(r) for r in rows]
 
+    def histories(
+        self, task_ids: Sequence[str], *, touching: frozenset[TaskStatus] | None = None
+    ) -> dict[str, list[Transition]]:
+        out: dict[str, list[Transition]] = {}
+        if not task_ids:
+            return out
+        d = self.dialect
+        of_tasks = d.in_list("task_id", sorted(set(task_ids)))
+        touched = None
+        if touching is not None:
+            values = sorted(s.value for s in touching)
+            into, p_into = d.in_list("to_status", values)
+            out_of, p_out = d.in_list("from_status", values)
+            touched = (f"({into} OR {out_of})", p_into + p_out)
+        where, params = _where(of_tasks, touched)
+        rows = self._fetch(
+            f"SELECT {_cols(codec.TRANSITION_COLUMNS)} FROM transitions {where} "
+            "ORDER BY task_id, version",
+            params,
+        )
+        for r in rows:
+            tr = codec.row_to_transition(r)
+            out.setdefault(tr.task_id, []).append(tr)
+        return out
+
     def attempts(self, task_id: str) -> list[AttemptRecord]:
         rows = self._fetch(
             f"SELECT {_cols(codec.ATTEMPT_COLUMNS)} FROM attempts "

@@ -259,6 +259,27 @@ class InMemoryStore(StoreBase):
             hist = self._history.get(task_id, {})
             return [hist[v] for v in sorted(hist) if v > since_version]
 
+    def histories(
+        self, task_ids: Sequence[str], *, touching: frozenset[TaskStatus] | None = None
+    ) -> dict[str, list[Transition]]:
+        out: dict[str, list[Transition]] = {}
+        with self._lock:
+            self._check_open()
+            for tid in sorted(set(task_ids)):
+                hist = self._history.get(tid)
+                if not hist:
+                    continue
+                kept = [
+                    hist[v]
+                    for v in sorted(hist)
+                    if touching is None
+                    or hist[v].to_status in touching
+                    or hist[v].from_status in touching
+                ]
+                if kept:
+                    out[tid] = kept
+        return out
+
     def attempts(self, task_id: str) -> list[AttemptRecord]:
         with self._lock:
             self._check_open()

@@ -280,6 +280,15 @@ class TaskStore(Protocol):
         """Transitions with ``version > since_version``, ascending by version."""
         ...
 
+    def histories(
+        self, task_ids: Sequence[str], *, touching: frozenset[TaskStatus] | None = None
+    ) -> dict[str, list[Transition]]:
+        """The transitions of several tasks in one read: task id -> its transitions,
+        ascending by version (a task with none, or unknown, is left out).
+        ``touching``: only the transitions into or out of one of these statuses (the
+        Tasks sidebar reads the pauses of a page of rows so)."""
+        ...
+
     def save_attempt(self, attempt: AttemptRecord) -> None:
         """Insert or replace the attempt keyed by (task_id, attempt)."""
         ...

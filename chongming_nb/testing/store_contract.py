@@ -432,6 +432,22 @@ class HistoryCases:
         expect_eq([t.version for t in store.history("h", since_version=1)], [2, 3], "since")
         expect_eq(store.history("other"), [], "unknown task: empty history")
 
+    def case_histories_of_several_tasks_in_one_read(self, store: TaskStore) -> None:
+        steps = [(S.QUEUED, S.PENDING), (S.STARTING, S.QUEUED), (S.RUNNING, S.STARTING)]
+        steps += [(S.PAUSING, S.RUNNING), (S.PAUSED, S.PAUSING), (S.RUNNING, S.PAUSED)]
+        for tid in ("p2", "p1"):
+            for v, (to, frm) in enumerate(steps, 1):
+                store.append(transition(tid, v, to, from_status=frm))
+        store.append(transition("q", 1))
+        got = store.histories(["p1", "q", "nobody", "p2", "p1"])
+        expect_eq(sorted(got), ["p1", "p2", "q"], "every task with transitions, once")
+        expect_eq(got["p1"], store.history("p1"), "each task's history, ascending by version")
+        expect_eq(got["q"], store.history("q"), "a task of one transition")
+        paused = store.histories(["p1", "q"], touching=frozenset({S.PAUSED}))
+        expect_eq(sorted(paused), ["p1"], "only tasks with a transition touching PAUSED")
+        expect_eq([t.version for t in paused["p1"]], [5, 6], "into and out of PAUSED")
+        expect_eq(store.histories([]), {}, "no task: nothing read")
+
     def case_attempts(self, store: TaskStore) -> None:
         a1 = AttemptRecord("x", 1, at(1))
         store.save_attempt(AttemptRecord("x", 2, at(5)))

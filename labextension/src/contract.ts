@@ -77,7 +77,7 @@ export function isControlVerb(verb: string): verb is ControlVerb {
 export const SCHEMA_VERSION = 1;
 
 // the hash of the kernel's schema_for_js(); a widget compares it with its kernel's
-export const SCHEMA_HASH = "b8cdb1ef9f022d73";
+export const SCHEMA_HASH = "2b8f277fb7e66dc7";
 
 export interface RowFailure {
   kind: string;
@@ -113,9 +113,10 @@ export interface TaskRow {
   requested: string | null;
   can: Record<ControlVerb, boolean>;
   frozen: number | null;
+  paused: number;
 }
 
-export const ROW_FIELDS = ["id", "name", "status", "version", "attempt", "max_attempts", "done", "total", "unit", "message", "rate", "eta", "created", "started", "ended", "failure", "ended_by", "end_reason", "has_tb", "tags", "run", "starts", "requested", "can", "frozen"] as const;
+export const ROW_FIELDS = ["id", "name", "status", "version", "attempt", "max_attempts", "done", "total", "unit", "message", "rate", "eta", "created", "started", "ended", "failure", "ended_by", "end_reason", "has_tb", "tags", "run", "starts", "requested", "can", "frozen", "paused"] as const;
 
 // a row of the server's listing (the Tasks sidebar)
 export interface ListingRow extends TaskRow {

@@ -9,6 +9,7 @@
  */
 import { ListingRow as TaskRow, STATUS_TONES, TaskStatus, isTerminal } from './contract';
 import { formatDuration } from './format';
+import { elapsedSeconds } from './row';
 
 export interface INotifySettings {
   /** Work that ran at least this long is announced when it ends (seconds). */
@@ -98,8 +99,8 @@ export class EndWatcher {
       if (run !== null) {
         continue; // its run is announced as a whole
       }
-      const seconds =
-        row.started !== null && row.ended !== null ? Math.max(0, (row.ended - row.started) / 1000) : 0;
+      // the elapsed time its row shows: the attempt's work, its pauses left out
+      const seconds = row.ended !== null ? (elapsedSeconds(row, row.ended, null) ?? 0) : 0;
       if (seconds >= after) {
         out.push({
           key: id,

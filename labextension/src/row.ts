@@ -8,9 +8,10 @@
  * user string goes into the DOM as text or an attribute value, never as markup.
  *
  * Invariants: a row is patched in place (no element replaced, so a focused button keeps
- * its focus); a paused or waiting row's text does not move with the clock (its elapsed
- * time froze when it stopped working); a row a person stopped, cancelled or skipped is
- * drawn in the neutral tone and says who and when.
+ * its focus); elapsed is the work of the current attempt, its pauses left out
+ * (`elapsedSeconds`); a paused or waiting row's text does not move with the clock (its
+ * elapsed time froze when it stopped working); a row a person stopped, cancelled or
+ * skipped is drawn in the neutral tone and says who and when.
  */
 import {
   BOARD_RANKS,
@@ -152,11 +153,18 @@ export function statusNote(row: TaskRow, now: number = Date.now()): string {
 }
 
 /**
- * Seconds of work of the current attempt at `now`. A row whose clock stopped (paused,
- * waiting for a retry) counts to `row.frozen`, the instant its status began, which the
- * kernel's board and the server's listing both take from the task's transition: so the
- * board and the sidebar show the same elapsed time whenever each heard of the pause.
- * `frozenAt` (when this view first drew it stopped) stands in only for a row without it.
+ * Seconds of work of the current attempt at `now`: its wall time minus the time it spent
+ * paused in place. The wall time runs from `row.started` to `row.ended` (finished), to
+ * `row.frozen` (paused now: the instant the pause began; the clock stands still), or to
+ * `now`; `row.paused` is the milliseconds of the attempt's pauses that ended, so a task
+ * that ran 2 s, was paused 9 s and was stopped worked 2 s, and one resumed after the
+ * pause counts on from there. PAUSING counts as work (the task runs to its next
+ * checkpoint). The kernel's board and the server's listing both take `frozen` and
+ * `paused` from the task's transitions (`chongming_nb/notebook/rows.py` `pause_clock`),
+ * so every view shows the same elapsed time whenever it heard of the pause, and the
+ * saved HTML (`elapsed_seconds` there) says the same. `frozenAt` (when this view first
+ * drew it stopped) stands in only for a row without `frozen`; a row saved before rows
+ * had `paused` counts no pause.
  */
 export function elapsedSeconds(row: TaskRow, now: number, frozenAt: number | null): number | null {
   if (row.started === null) {
@@ -164,7 +172,8 @@ export function elapsedSeconds(row: TaskRow, now: number, frozenAt: number | nul
   }
   const stopped = row.frozen ?? frozenAt;
   const end = row.ended ?? (isTicking(row.status) || stopped === null ? now : stopped);
-  return Math.max(0, (end - row.started) / 1000);
+  const paused = (row as Partial<TaskRow>).paused ?? 0;
+  return Math.max(0, (end - row.started - paused) / 1000);
 }
 
 /** The default board order: running, paused, queued, finished; newest first in each. */

@@ -26,6 +26,7 @@ import {
   RowNote,
   createRow,
   drawnSignature,
+  elapsedSeconds,
   expireNotes,
   patchRow,
   rowSignature,
@@ -556,7 +557,7 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
       case 'created':
         return r.created ?? -1;
       case 'duration':
-        return r.started ? (r.ended ?? now) - r.started : -1;
+        return elapsedSeconds(r, now, null) ?? -1; // the time the row shows
       default:
         return 0;
     }

@@ -31,6 +31,7 @@ export function row(overrides: Partial<ListingRow> = {}): ListingRow {
     starts: null,
     requested: null,
     frozen: null,
+    paused: 0,
     can: { ...can, pause: true, stop: true },
     why: { resume: 'not paused' },
     owner: 'h:1:k1',

@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 
 import { formatTimes, groupDigits, olderText } from '../src/format';
 import { createRow, elapsedSeconds, patchRow } from '../src/row';
+import { ListingRow } from '../src/contract';
 import { T0, context, row } from './fixtures';
 
 describe('the older finished tasks a board does not show', () => {
@@ -48,5 +49,41 @@ describe("a paused row's elapsed time", () => {
   it('without frozen (an older kernel) falls back to when this view drew it stopped', () => {
     const r = row({ status: 'paused', started: T0, frozen: null });
     expect(elapsedSeconds(r, T0 + 90_000, T0 + 63_300)).toBeCloseTo(63.3);
+  });
+});
+
+describe("a row's elapsed time is the work of its current attempt (row.paused)", () => {
+  const times = (n: HTMLElement) => n.querySelector('.cm-Row-times')!.textContent;
+  const drawn = (r: ListingRow, now: number) => {
+    const item = createRow(r.id, context());
+    patchRow(item, r, context({ now }));
+    return times(item);
+  };
+
+  it('ran 2 s, paused 9 s, then stopped: 2s in every view, whenever each drew it', () => {
+    // the lead's case: the board read "2s", the sidebar "11s" (ended - started)
+    const r = row({ status: 'stopped', started: T0, ended: T0 + 11_000, paused: 9_000 });
+    expect(elapsedSeconds(r, T0 + 11_100, null)).toBe(2);
+    expect(drawn(r, T0 + 11_100)).toBe('2s');
+    expect(drawn(r, T0 + 600_000)).toBe('2s');
+  });
+
+  it('paused, resumed and running again: the clock moves without the pause', () => {
+    const r = row({ status: 'running', started: T0, paused: 9_000 });
+    expect(elapsedSeconds(r, T0 + 14_000, null)).toBe(5);
+    expect(drawn(r, T0 + 14_000)).toBe('5s');
+  });
+
+  it('paused a second time: frozen at the second pause, the first one left out', () => {
+    const r = row({ status: 'paused', started: T0, frozen: T0 + 20_000, paused: 9_000 });
+    expect(drawn(r, T0 + 21_000)).toBe('11s');
+    expect(drawn(r, T0 + 900_000)).toBe('11s');
+  });
+
+  it('a row saved before rows had it (no paused field) still reads ended - started', () => {
+    const r = row({ status: 'succeeded', started: T0, ended: T0 + 7_000 });
+    delete (r as Partial<ListingRow>).paused;
+    expect(elapsedSeconds(r, T0 + 9_000, null)).toBe(7);
+    expect(drawn(r, T0 + 9_000)).toBe('7s');
   });
 });

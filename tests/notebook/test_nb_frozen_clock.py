@@ -15,7 +15,7 @@ import chongming_nb as cn
 from chongming_nb.core.state_machine import StateMachine
 from chongming_nb.notebook.rows import epoch_ms
 from chongming_nb.notebook.widget import TaskTable
-from chongming_nb.server.serialize import stopped_since, task_rows
+from chongming_nb.server.serialize import pause_clocks, task_rows
 from chongming_nb.testing import FakeClock
 from chongming_nb.testing.widgets import FakeController, recording_comms
 
@@ -63,7 +63,7 @@ def test_the_board_and_the_sidebar_rows_of_a_paused_task_freeze_at_the_same_inst
                 now=entered.at,
                 owners={},
                 sessions={},
-                since=stopped_since(store, snaps),
+                pauses=pause_clocks(store, snaps),
             )
             assert rest["frozen"] == row["frozen"]
             # and its progress: the store's copy of the paused task has the count reached

@@ -15,13 +15,14 @@ from helpers_server import put_task, register_owner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chongming_nb.core.models import Failure, FailureKind, Progress, TaskSnapshot
+from chongming_nb.core.models import Failure, FailureKind, Progress, TaskSnapshot, Transition
 from chongming_nb.core.state_machine import CONTROL_VERBS, StateMachine
 from chongming_nb.core.states import RequestedAction, TaskStatus
 from chongming_nb.runtime.clock import SYSTEM_CLOCK
 from chongming_nb.server.extension import SETTINGS_KEY, ServerState
 from chongming_nb.server.serialize import CanFlags, can_flags, task_rows
 from chongming_nb.stores import SqliteStore
+from chongming_nb.testing import FakeClock
 from chongming_nb.testing.stores import ForwardingStore
 
 S = TaskStatus
@@ -81,11 +82,35 @@ def state(jp_serverapp: Any) -> ServerState:
     return cm
 
 
+def paused_then_stopped(i: int) -> tuple[TaskSnapshot, list[Transition]]:
+    """A task that ran 2 s, was paused 9 s and was stopped, with its transitions."""
+    sm = StateMachine(FakeClock(T0 + timedelta(minutes=i)))
+    clock = sm.clock
+    assert isinstance(clock, FakeClock)
+    s = TaskSnapshot(task_id=f"pause{i:05d}", name=f"paused-{i}", created_at=clock.now())
+    trs: list[Transition] = []
+    for step, wait in (
+        (sm.mark_queued, 0),
+        (sm.mark_starting, 0),
+        (sm.mark_running, 2),
+        (sm.request_pause, 0),
+        (sm.confirm_paused, 9),
+        (sm.request_stop, 0),
+    ):
+        s, tr = step(s)
+        trs.append(tr)
+        clock.advance(wait)
+    return s, trs
+
+
 async def _list_counted(
     jp_fetch: Any, state: ServerState, store_path: Any, writer: SqliteStore, grow: range
 ) -> tuple[dict[str, Any], Counter[str], int]:
     kinds = [S.SUCCEEDED, S.SUCCEEDED, S.FAILED, S.STOPPED]
     writer.save_many([(finished(i, kinds[i % 4]), None) for i in grow])
+    # and one task in ten paused, then stopped: its row's 'paused' is read from its history
+    pauses = [paused_then_stopped(i) for i in grow if i % 10 == 0]
+    writer.save_many([(snap, None) for snap, _ in pauses], [t for _, trs in pauses for t in trs])
     store = ForwardingStore(SqliteStore(store_path))
     sm = CountingMachine()
     state.set_store(store)
@@ -110,14 +135,22 @@ async def test_store_calls_and_can_questions_do_not_grow_with_the_rows(
     big, big_calls, big_asked = await _list_counted(
         jp_fetch, state, store_path, kernel_store, range(20, 600)
     )
-    assert len(small["tasks"]) == 23 and len(big["tasks"]) == 603
-    # the paused row's 'frozen' instant is one history read per status version, kept
-    # across requests: the first listing pays it, the second (same version) does not
-    assert small_calls["history"] == 1 and big_calls["history"] == 0, (small_calls, big_calls)
-    assert not big_calls - small_calls, (small_calls, big_calls)
-    assert sum(big_calls.values()) <= 3, big_calls  # owners, page, counts
+    assert len(small["tasks"]) == 25 and len(big["tasks"]) == 663
+    # the pauses of every row of a page ('frozen', 'paused') are one read of the store,
+    # never one per row: 2 paused tasks or 60, the same calls
+    assert small_calls["histories"] == 1 and big_calls["histories"] == 1, (small_calls, big_calls)
+    assert big_calls["history"] == 0, big_calls
+    assert big_calls == small_calls, (small_calls, big_calls)
+    assert sum(big_calls.values()) <= 4, big_calls  # owners, page, counts, pauses
+    by_row = {r["id"]: r for r in big["tasks"]}
+    for tid in ("pause00000", "pause00020", "pause00590"):
+        row = by_row[tid]
+        assert row["status"] == "stopped" and row["paused"] == 9000, row
+        assert row["ended"] - row["started"] - row["paused"] == 2000, row
+    assert by_row["t-paused"]["frozen"] is not None and by_row["t-paused"]["paused"] == 0
+    assert by_row["bulk00001"]["paused"] == 0 and by_row["bulk00001"]["frozen"] is None
     assert big_asked == small_asked, (small_asked, big_asked)
-    assert big_asked <= len(CONTROL_VERBS) * 6  # one round per distinct lifecycle
+    assert big_asked <= len(CONTROL_VERBS) * 7  # one round per distinct lifecycle
     # and each row still carries exactly what the predicate says about it
     check = StateMachine(SYSTEM_CLOCK)
     by_id = {r["id"]: r for r in big["tasks"]}
