@@ -583,9 +583,11 @@ class tqdm(Generic[T]):
                 continue
             if loop._interrupted and not tok.stop_requested:
                 loop._request_stop("interrupt")  # the helper thread may not have yet
+            blocked = monotonic()
             try:
                 tok.checkpoint()  # blocks while paused (the row says paused)
             except TaskCancelled:
+                self._not_worked(monotonic() - blocked)
                 by = loop._stopped_by or "you"
                 inner = self._chain[i:]
                 for lp in inner[:-1]:
@@ -608,7 +610,14 @@ class tqdm(Generic[T]):
                     by=by,
                     task_id=loop._rec.task_id if loop._rec is not None else None,
                 ) from None
+            self._not_worked(monotonic() - blocked)
         return False
+
+    def _not_worked(self, seconds: float) -> None:
+        """The loops of the chain stood still ``seconds`` (paused): their elapsed time,
+        rate and stop line leave it out, as the row's elapsed time does."""
+        for lp in self._chain:
+            lp._start += seconds
 
     def _live_n(self) -> float:
         """The count of a loop whose body is running (the item it is in is not done):

@@ -438,3 +438,51 @@ def test_a_stop_from_another_thread_lands_before_the_next_item(
                 stopped.wait(10)
     helper.join(10)
     assert seen == list(range(301)) and info.value.done == 301 == bar.n
+
+
+def test_a_loop_paused_then_stopped_says_the_time_it_worked_as_its_row_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The stop line's "after ..." is the loop's work, its pause left out: the row's
+    elapsed time (ran 2 s, paused 9 s, stopped: 2s, not 11s). One fake clock drives the
+    controller and the loop's own clock."""
+    from chongming_nb.notebook import track as track_module
+    from chongming_nb.notebook.rows import pause_clock
+    from chongming_nb.testing import FakeClock
+
+    clock = FakeClock()
+    monkeypatch.setattr(track_module, "monotonic", clock.monotonic)
+    ctl = cn.Controller(clock=clock)
+    try:
+        bar = cn.track(range(100), desc="convert", controller=ctl)
+        tid = bar.task_id
+        assert tid is not None
+        at_5, go_on = threading.Event(), threading.Event()
+
+        def control() -> None:
+            at_5.wait(10)
+            ctl.pause(tid)
+            go_on.set()
+            _until(ctl, tid, S.PAUSED)
+            clock.advance(9)
+            ctl.stop(tid)
+
+        helper = threading.Thread(target=control)
+        helper.start()
+        with pytest.raises(cn.Stopped) as info:
+            for i in bar:
+                if i == 5:
+                    clock.advance(2)  # the work so far
+                    at_5.set()
+                    go_on.wait(10)
+        helper.join(10)
+        assert info.value._render_traceback_() == [
+            "convert: stopped by you at 6 / 100 (6%) after 2.0s"
+        ]
+        snap = ctl.get(tid)
+        assert snap.status is S.STOPPED
+        assert snap.ended_at is not None and snap.started_at is not None
+        paused = pause_clock(snap, ctl.history(tid)).paused
+        assert (snap.ended_at - snap.started_at).total_seconds() - paused == 2.0
+    finally:
+        ctl.close()
