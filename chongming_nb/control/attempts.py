@@ -256,6 +256,8 @@ class Attempts:
         t.history = [row for row in t.history if row[6] <= plan.common_version]
         t.history.extend(history_row(tr) for tr in plan.transitions)
         t.snap = plan.snapshot
+        for tr in plan.transitions:  # its watchers and its pipeline run learn it too
+            book.announce(plan.snapshot, tr)
         if plan.snapshot.status in TERMINAL:  # (TaskBook.evict takes it in its turn)
             book.finished[t.snap.task_id] = None
         else:

@@ -304,16 +304,21 @@ class TaskBook:
         t.history.append(history_row(tr))
         if self.store is not None:
             self.outbox.append(SaveSnapshot(new, prev_version, tr))
+        self.announce(new, tr)
+        if self.awaited and t in self.awaited and new.status in TERMINAL:
+            self.terminal.notify_all()
+
+    def announce(self, snap: TaskSnapshot, tr: Transition) -> None:
+        """Under the lock: tell the subscribers and the task's pipeline run of a status
+        change ``tr`` that led to ``snap`` (applied here, or adopted from the store)."""
         # the event is seen only by subscribers and hooks (the store keeps transitions,
         # and ``ctl.events()`` rebuilds status events from the history)
         bus = self.bus
         if bus.listened:
             self.outbox.append(status_event(tr, self.new_event_id()))
-        run = new.pipeline_run_id
+        run = snap.pipeline_run_id
         if run is not None and run in bus.runs:
             self.outbox.append(RunNote(run, tr.task_id, tr.version, tr.to_status))
-        if self.awaited and t in self.awaited and new.status in TERMINAL:
-            self.terminal.notify_all()
 
     def event(self, t: TaskEntry, ev: Event, keep: bool = True) -> None:
         """Under the lock: publish ``ev`` (and keep it with the task for ``events()``)."""

@@ -8,6 +8,13 @@ never started) — with ``lease lost at <time>: <why>`` as the reason and the fa
 message. The write expects the version it read: if the owner wrote in between, the
 owner is alive after all and the task is left to it.
 
+A pipeline run's record (``RunRecord``) is settled the same way once its tasks are:
+a run still open in the store (running, paused, stopping) whose owner (the ``owner`` of
+its record, else of its tasks) is provably gone and whose tasks are all settled becomes
+``lost`` — its record then says why (``spec["recovery"]``: the reason, its tasks'
+counts, when and by whom) and its nodes carry their tasks' statuses;
+``submit(resume_from=run_id)`` runs it again from the steps that succeeded.
+
 Fencing: the fencing token of a task is its ``status_version``. Every write of an
 owner expects the version it last wrote, so once a reconciler has settled a task
 (version + 1), each later write of the old owner for that task is refused by the store
@@ -19,19 +26,37 @@ memory and store agree again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection
+import secrets
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 
-from chongming_nb.control.ownership import DEFAULT_GRACE_SECONDS, DEFAULT_LEASE_SECONDS, judge
+from chongming_nb.control.ownership import (
+    DEFAULT_GRACE_SECONDS,
+    DEFAULT_LEASE_SECONDS,
+    Verdict,
+    judge,
+)
+from chongming_nb.control.writes import event_record
 from chongming_nb.core.clock import Clock
 from chongming_nb.core.errors import ConcurrencyConflict, ConfigurationError
+from chongming_nb.core.events import PipelineRunStatusChanged
 from chongming_nb.core.models import AttemptRecord, FailureKind, TaskSnapshot, Transition
 from chongming_nb.core.state_machine import StateMachine
 from chongming_nb.core.states import NON_TERMINAL, TERMINAL, TaskStatus
-from chongming_nb.stores.protocol import TaskQuery, TaskStore
+from chongming_nb.stores.protocol import RunRecord, TaskQuery, TaskStore
 
-__all__ = ["ConvergePlan", "converge_plan", "reconcile_store", "settle"]
+__all__ = [
+    "RUN_LOST",
+    "RUN_OPEN",
+    "ConvergePlan",
+    "converge_plan",
+    "reconcile_store",
+    "settle",
+    "settle_runs",
+]
 
 log = logging.getLogger("chongming_nb.recovery")
 
@@ -41,6 +66,12 @@ S = TaskStatus
 _MAYBE_RUNNING = frozenset({S.STARTING, S.RUNNING, S.PAUSING, S.STOPPING})
 
 ON_ORPHAN = ("fail", "requeue", "manual")
+
+#: The statuses of a pipeline run that is not over (``PipelineRunStatus``; the pipeline
+#: package sits above this module, so they are spelled here and a test holds them equal).
+RUN_OPEN = frozenset({"running", "paused", "stopping"})
+#: A run whose owner went away before it ended, settled here (``PipelineRunStatus.LOST``).
+RUN_LOST = "lost"
 
 
 def settle(sm: StateMachine, snap: TaskSnapshot, reason: str) -> tuple[TaskSnapshot, Transition]:
@@ -67,12 +98,13 @@ def reconcile_store(
     """Settle the store's tasks whose owner is provably gone (see the module docstring).
 
     Returns ``{"lost": [...], "requeued": [...], "manual": [...], "unowned": [...],
-    "scheduled": [...]}``: settled (LOST or CANCELLED); run again here by ``requeue``
-    (it returns the new id, or None when it cannot); left alone because
+    "scheduled": [...], "runs": [...]}``: settled (LOST or CANCELLED); run again here
+    by ``requeue`` (it returns the new id, or None when it cannot); left alone because
     ``on_orphan="manual"``; tasks with no owner and no lease, which cannot be proven
-    orphaned and are left alone; and, also in lost or manual, the orphans that were
+    orphaned and are left alone; also in lost or manual, the orphans that were
     waiting for a delayed start (never started silently by someone else: their reason
-    says when they were due and asks to resubmit)."""
+    says when they were due and asks to resubmit); and the pipeline runs settled
+    ``lost`` (``settle_runs``; not with ``manual``)."""
     if on_orphan not in ON_ORPHAN:
         raise ConfigurationError(f"on_orphan must be fail, requeue or manual, got {on_orphan!r}")
     now = clock.now()
@@ -83,6 +115,7 @@ def reconcile_store(
         "manual": [],
         "unowned": [],
         "scheduled": [],
+        "runs": [],
     }
     sm = StateMachine(clock)
     for snap in store.query(TaskQuery(status=frozenset(NON_TERMINAL))):
@@ -123,7 +156,101 @@ def reconcile_store(
         if new_id is not None:
             log.info("requeued orphan %s as %s", snap.task_id, new_id)
         out["requeued" if new_id is not None else "lost"].append(snap.task_id)
+    if on_orphan != "manual":
+        out["runs"] = settle_runs(
+            store, clock, me=me, owners=owners, lease_seconds=lease_seconds, grace=grace
+        )
     return out
+
+
+def settle_runs(
+    store: TaskStore,
+    clock: Clock,
+    *,
+    me: str | None,
+    owners: Mapping[str, Any] | None = None,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    grace: float = DEFAULT_GRACE_SECONDS,
+) -> list[str]:
+    """Settle the store's pipeline runs that can never end: open (``RUN_OPEN``), their
+    owner provably gone (``judge``), every task of theirs settled. Each becomes
+    ``RUN_LOST``, its record saying why (the module docstring); a
+    ``PipelineRunStatusChanged`` event records the change. A run with a task not
+    settled yet (left alone: alive after all, unowned, ``manual``) is left as it is.
+    Returns the ids of the runs settled."""
+    now = clock.now()
+    if owners is None:
+        owners = {o.owner_id: o for o in store.owners()}
+    settled: list[str] = []
+    for rec in store.list_runs():
+        if rec.status not in RUN_OPEN:
+            continue
+        snaps = store.query(TaskQuery(pipeline_run_id=rec.run_id))
+        if any(s.status not in TERMINAL for s in snaps):
+            continue  # its tasks are not all settled: its owner's, or left alone
+        owner = rec.spec.get("owner") or next((s.lease_owner for s in snaps if s.lease_owner), None)
+        if owner is None or owner == me:
+            continue  # no owner to judge (it cannot be proven gone), or ours
+        verdict = judge(
+            str(owner),
+            lease_until=None,
+            now=now,
+            owners=owners,
+            lease_seconds=lease_seconds,
+            grace=grace,
+        )
+        if not verdict.gone:
+            continue
+        lost = _lost_run(rec, snaps, verdict, now, me)
+        try:
+            store.save_run(lost)
+            store.append_events(
+                [
+                    event_record(
+                        PipelineRunStatusChanged(
+                            event_id=f"reconcile-{secrets.token_hex(6)}",
+                            at=now,
+                            run_id=rec.run_id,
+                            from_status=rec.status,
+                            to_status=RUN_LOST,
+                            counts=lost.spec["counts"],
+                        )
+                    )
+                ]
+            )
+        except Exception as exc:  # the tasks are settled all the same; tried next time
+            log.warning("settling pipeline run %s failed: %s", rec.run_id, exc)
+            continue
+        log.info("pipeline run %s settled lost: %s", rec.run_id, verdict.reason)
+        settled.append(rec.run_id)
+    return settled
+
+
+def _lost_run(
+    rec: RunRecord, snaps: list[TaskSnapshot], verdict: Verdict, now: datetime, me: str | None
+) -> RunRecord:
+    """``rec`` settled lost: its nodes and counts as its tasks ended, and why."""
+    by_id = {s.task_id: s for s in snaps}
+    counts = dict(sorted(Counter(s.status.value for s in snaps).items()))
+    nodes = []
+    for node in rec.spec.get("nodes", ()):
+        snap = by_id.get(str(node.get("task_id"))) if isinstance(node, Mapping) else None
+        nodes.append({**node, "status": snap.status.value} if snap is not None else node)
+    told = ", ".join(f"{n} {k}" for k, n in counts.items()) or "no tasks"
+    reason = (
+        f"the run's owner went away before the run ended ({verdict.reason}); "
+        f"its tasks: {told}; submit(resume_from={rec.run_id!r}) runs it again "
+        "from the steps that succeeded"
+    )
+    recovery = {
+        "reason": reason,
+        "at": now.isoformat(),
+        "by": me,
+        "from_status": rec.status,
+        "counts": counts,
+    }
+    spec = {**rec.spec, "nodes": nodes, "counts": counts, "recovery": recovery}
+    return replace(rec, status=RUN_LOST, updated_at=now, spec=spec)
 
 
 def _closed_attempt(store: TaskStore, new: TaskSnapshot, now: datetime) -> list[AttemptRecord]:

@@ -67,8 +67,8 @@ def _child_pattern(node: str) -> re.Pattern[str]:
 def run_graph(run: RunRecord, snaps: Sequence[TaskSnapshot]) -> dict[str, Any]:
     """The graph of ``run`` (``GraphSpec``: ``title``, ``nodes``) with each node's status
     and progress from its task's snapshot in ``snaps`` (the run's tasks), else from the
-    record; plus the run's ``id``, ``name``, ``status`` and whether it is ``finished``
-    (as its record says)."""
+    record; plus the run's ``id``, ``name``, ``status``, whether it is ``finished``
+    (as its record says) and, for a run recovery settled ``lost``, the ``reason``."""
     by_id: Mapping[str, TaskSnapshot] = {s.task_id: s for s in snaps}
     nodes = [n for n in run.spec.get("nodes", ()) if isinstance(n, Mapping) and "name" in n]
     standing = {str(n["task_id"]) for n in nodes if n.get("task_id")}
@@ -108,6 +108,8 @@ def run_graph(run: RunRecord, snaps: Sequence[TaskSnapshot]) -> dict[str, Any]:
         "name": run.name,
         "status": run.status,
         "finished": run.status in _FINISHED,
+        # why recovery settled it (a run whose owner went away): None otherwise
+        "reason": (run.spec.get("recovery") or {}).get("reason"),
         "title": f"run {run.name}",
         "nodes": out,
     }

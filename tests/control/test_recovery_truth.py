@@ -14,6 +14,9 @@ from ctl_helpers import Rig, wait_status
 from fencing import FAR, StorePair, agree, settle_from_elsewhere
 
 from chongming_nb import Controller, TaskContext, TaskStatus
+from chongming_nb.control.pipeline import Pipeline, PipelineRunStatus
+from chongming_nb.control.pipeline._status import RUN_TERMINAL
+from chongming_nb.control.recovery import RUN_LOST, RUN_OPEN
 from chongming_nb.testing.stores import ForwardingStore
 
 S = TaskStatus
@@ -151,3 +154,43 @@ def test_what_a_refused_task_prints_before_it_converges_is_kept(
     assert ctl.get(h.id).status is S.LOST
     lines = [r.line for r in main.logs(h.id)]
     assert "after the store settled me" in lines, lines
+
+
+def test_a_run_of_an_owner_past_its_lease_is_settled_lost_then_its_owner_tells_the_end(
+    pair: StorePair, rig: Rig, make_ctl: Callable[..., Controller]
+) -> None:
+    """A pipeline run of an owner on another host whose lease ended: the reconciler
+    settles its task LOST and its run record ``lost`` (why, and its tasks' counts), not
+    "running". The owner was only frozen: when it learns the store's truth its run
+    ends FAILED (its step was lost) and its record says so — never "running" again."""
+    main, other = pair
+    ctl = make_ctl(store=main, owner=FAR, lease_seconds=1)
+    ctl._dispatcher.store_tick = None  # this test drives the store link itself
+    gate = rig.gate()
+    pipe = Pipeline("far")
+    pipe.add(gate.cooperative, name="step")
+    run = pipe.submit(ctl)
+    [tid] = run.task_ids()
+    wait_status(ctl, tid, S.RUNNING)
+    ctl.flush()
+    report = settle_from_elsewhere(other, rig.clock)()
+    assert report["lost"] == [tid] and report["runs"] == [run.id], report
+    rec = other.get_run(run.id)
+    assert rec is not None and rec.status == "lost"
+    assert "far-away" in rec.spec["recovery"]["reason"]
+    assert rec.spec["recovery"]["counts"] == {"lost": 1}
+    assert settle_from_elsewhere(other, rig.clock)()["runs"] == []  # once
+
+    assert ctl._leases is not None
+    ctl._leases.renew_leases()  # the owner learns its task is settled
+    assert run.wait(10) is PipelineRunStatus.FAILED
+    ctl.flush()
+    rec = other.get_run(run.id)
+    assert rec is not None and rec.status == "failed"
+    agree(ctl, main, tid)
+
+
+def test_the_run_statuses_recovery_spells_are_the_pipelines() -> None:
+    open_ = {s.value for s in PipelineRunStatus if s not in RUN_TERMINAL}
+    assert open_ == RUN_OPEN
+    assert PipelineRunStatus(RUN_LOST) in RUN_TERMINAL

@@ -67,6 +67,8 @@ def run_spec(run: RunState) -> dict[str, Any]:
     )
     return {
         "pipeline": run.name,
+        # whose run it is: recovery settles it once this owner is gone
+        "owner": run.ctl.owner,
         "mode": run.mode,
         "on_failure": repr(run.policy),
         "rollback": run.rollback_on_failure,

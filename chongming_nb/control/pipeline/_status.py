@@ -12,7 +12,9 @@ S = TaskStatus
 
 
 class PipelineRunStatus(StrEnum):
-    """A run's aggregated status (see ``PipelineRun.status``)."""
+    """A run's aggregated status (see ``PipelineRun.status``). ``LOST`` is only ever
+    read from the store: the run's owner (its kernel) went away before the run ended
+    and recovery settled its record (``control/recovery.py`` ``settle_runs``)."""
 
     RUNNING = "running"
     PAUSED = "paused"
@@ -20,10 +22,16 @@ class PipelineRunStatus(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     STOPPED = "stopped"
+    LOST = "lost"
 
 
 RUN_TERMINAL = frozenset(
-    {PipelineRunStatus.SUCCEEDED, PipelineRunStatus.FAILED, PipelineRunStatus.STOPPED}
+    {
+        PipelineRunStatus.SUCCEEDED,
+        PipelineRunStatus.FAILED,
+        PipelineRunStatus.STOPPED,
+        PipelineRunStatus.LOST,
+    }
 )
 #: Task statuses that hold a fail-fast run at once.
 FAILURES = frozenset({S.FAILED, S.LOST})
