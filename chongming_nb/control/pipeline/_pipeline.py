@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,25 @@ if TYPE_CHECKING:
     from chongming_nb.control.controller import Controller
 
 __all__ = ["Pipeline"]
+
+
+@dataclass(frozen=True, slots=True)
+class StepOptions:
+    """The options of one ``add`` / ``map`` / ``sleep`` step, handed to ``_add`` as one
+    value (None: the function's ``@task`` spec, or the default, decides)."""
+
+    when: Callable[[Mapping[Any, Any]], Any] | None = None
+    retry: RetryPolicy | int | None = None
+    join: JoinMode | str = JoinMode.ALL_SUCCEEDED
+    name: str | None = None
+    compensate: Callable[..., Any] | None = None
+    timeout: Timeout | float | None = None
+    tags: Iterable[str] | None = None
+    priority: int | None = None
+    executor: str | Executor | None = None
+    serializer: Serializer | None = None
+    delay: float | None = None
+    not_before: datetime | None = None
 
 
 class Pipeline:
@@ -135,10 +155,25 @@ class Pipeline:
         seconds after the run creates it, or that time; the start time is stored with
         the run, so ``resume_from`` waits only for what is left (see also ``sleep``)."""
         return self._add(
-            fn, args, kwargs, deps, when=when, retry=retry, join=join, name=name,
-            serializer=serializer, compensate=compensate, timeout=timeout, tags=tags,
-            priority=priority, executor=executor, delay=delay, not_before=not_before,
-        )  # fmt: skip
+            fn,
+            args,
+            kwargs,
+            deps,
+            StepOptions(
+                when=when,
+                retry=retry,
+                join=join,
+                name=name,
+                compensate=compensate,
+                timeout=timeout,
+                tags=tags,
+                priority=priority,
+                executor=executor,
+                serializer=serializer,
+                delay=delay,
+                not_before=not_before,
+            ),
+        )
 
     def map(
         self,
@@ -186,11 +221,27 @@ class Pipeline:
         if max_parallel is not None and check_int64("max_parallel", max_parallel) < 1:
             raise ConfigurationError(f"max_parallel must be an int >= 1, got {max_parallel!r}")
         return self._add(
-            fn, args, kwargs, deps, when=when, retry=retry, join=join, name=name,
-            serializer=serializer, items=items, max_parallel=max_parallel,
-            compensate=compensate, timeout=timeout, tags=tags, priority=priority,
-            executor=executor, delay=delay, not_before=not_before,
-        )  # fmt: skip
+            fn,
+            args,
+            kwargs,
+            deps,
+            StepOptions(
+                when=when,
+                retry=retry,
+                join=join,
+                name=name,
+                compensate=compensate,
+                timeout=timeout,
+                tags=tags,
+                priority=priority,
+                executor=executor,
+                serializer=serializer,
+                delay=delay,
+                not_before=not_before,
+            ),
+            items,
+            max_parallel,
+        )
 
     def sleep(
         self,
@@ -210,7 +261,7 @@ class Pipeline:
             raise ConfigurationError(f"sleep() needs a node name, got {name!r}")
         step = sleep_step(seconds, until)
         # in the kernel, on a thread: it records the wake time in the run
-        return self._add(step, (), None, deps, name=name, executor="thread")
+        return self._add(step, (), None, deps, StepOptions(name=name, executor="thread"))
 
     def _add(
         self,
@@ -218,19 +269,13 @@ class Pipeline:
         args: Sequence[Any],
         kwargs: Mapping[str, Any] | None,
         deps: Iterable[Node | str],
-        *,
-        when: Callable[[Mapping[Any, Any]], Any] | None = None,
-        retry: RetryPolicy | int | None = None,
-        join: JoinMode | str = JoinMode.ALL_SUCCEEDED,
-        name: str | None = None,
-        serializer: Serializer | None = None,
+        options: StepOptions,
         items: MapItems | None = None,
         max_parallel: int | None = None,
-        executor: str | Executor | None = None,
-        **options: Any,
     ) -> Node:
-        """``options``: the task options of ``add`` (compensate, timeout, tags, priority,
-        delay, not_before), checked as ``@task`` checks them."""
+        """The step's task options are checked as ``@task`` checks them."""
+        o = options
+        when = o.when
         if not callable(fn):
             raise ConfigurationError(f"a node needs a callable, got {fn!r}")
         if isinstance(args, str | bytes) or not isinstance(args, Sequence):
@@ -239,8 +284,8 @@ class Pipeline:
             raise ConfigurationError(f"kwargs must be a mapping, got {kwargs!r}")
         if when is not None and not callable(when):
             raise ConfigurationError(f"when= must be a callable(up) -> bool, got {when!r}")
-        join = join_mode(join)
-        node_name = self._new_name(name, fn)
+        join = join_mode(o.join)
+        node_name = self._new_name(o.name, fn)
         if isinstance(deps, Node | str) or not isinstance(deps, Iterable):
             deps = [deps]
         dep_names = tuple(dict.fromkeys(self._dep_name(d, f"node {node_name!r}") for d in deps))
@@ -250,9 +295,11 @@ class Pipeline:
             raise ConfigurationError(
                 f"node {node_name!r}: when= decides on upstream results, so it needs deps"
             )
-        over = _validate(None, retry, **options)
-        spec = spec_of(fn).merged(**over, executor=executor)
-        ser = check_serializer(serializer) if serializer is not None else None
+        over = _validate(
+            None, o.retry, o.timeout, o.tags, o.priority, o.compensate, o.delay, o.not_before
+        )
+        spec = spec_of(fn).merged(**over, executor=o.executor)
+        ser = check_serializer(o.serializer) if o.serializer is not None else None
         node = Node(
             self,
             node_name,
