@@ -34,6 +34,7 @@ from chongming_nb.control.lifecycle import Lifecycle, OwnerLeases, check_setting
 from chongming_nb.control.ownership import (
     DEFAULT_GRACE_SECONDS,
     DEFAULT_LEASE_SECONDS,
+    kernel_id,
     this_process,
 )
 from chongming_nb.control.persistence import StoreLink
@@ -102,7 +103,9 @@ class Controller(TaskLister):
 
             store = open_store(str(store))
         if store is not None and owner is None:
-            owner = str(this_process())  # every controller with a store has an owner
+            # every controller with a store has an owner; in a kernel, the owner id names
+            # the kernel, so the Tasks sidebar files these tasks under their notebook
+            owner = str(this_process(kernel_id()))
         self.owner = owner
         self.lease_seconds = float(lease_seconds)
         self.persist_failures = 0

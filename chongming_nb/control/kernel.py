@@ -2,31 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import warnings
 from pathlib import Path
 from typing import Any
 
 from chongming_nb.control.controller import Controller
-from chongming_nb.control.ownership import this_process
+from chongming_nb.control.ownership import kernel_id, this_process
 from chongming_nb.stores.protocol import TaskStore
 
 _lock = threading.Lock()
 _controller: Controller | None = None
-
-
-def kernel_id() -> str | None:
-    """The Jupyter kernel id of this process, if it is a kernel."""
-    try:
-        from ipykernel.connect import get_connection_file
-
-        name = os.path.basename(get_connection_file())
-    except Exception:
-        return None
-    if name.startswith("kernel-") and name.endswith(".json"):
-        return name[len("kernel-") : -len(".json")]
-    return None
 
 
 def owner_id() -> str:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -44,6 +45,7 @@ __all__ = [
     "OwnerId",
     "Verdict",
     "judge",
+    "kernel_id",
     "process_alive",
     "process_start",
     "this_process",
@@ -138,6 +140,24 @@ def process_alive(pid: int) -> bool:
         return False
     except (psutil.Error, OSError):
         return True
+
+
+def kernel_id() -> str | None:
+    """The Jupyter kernel id of this process, if it is a kernel (else None).
+
+    Read only when ipykernel is already imported: a plain script does not pay for
+    importing it to learn that it is not a kernel."""
+    if "ipykernel" not in sys.modules:
+        return None
+    try:
+        from ipykernel.connect import get_connection_file
+
+        name = os.path.basename(get_connection_file())
+    except Exception:
+        return None
+    if name.startswith("kernel-") and name.endswith(".json"):
+        return name[len("kernel-") : -len(".json")]
+    return None
 
 
 def this_process(kernel: str | None = None) -> OwnerId:
