@@ -203,11 +203,9 @@ class Queries(TaskLister):
         return store.history(tid)
 
     def events(
-        self,
-        task_id: object,
-        since: datetime | None = None,
-        types: Iterable[type[Event]] | None = None,
+        self, task_id: object, since: datetime | None, types: Iterable[type[Event]] | None
     ) -> list[Event]:
+        """``Controller.events`` (which states the defaults)."""
         with self.book.lock:
             t = self.book.task(task_id, _EVENTS if self.book.store else _NO_STORE)
             evs: list[Event] = [
