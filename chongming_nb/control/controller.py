@@ -28,7 +28,7 @@ from chongming_nb.control.bus import EventBus, EventFilter, RunObserver
 from chongming_nb.control.dependencies import Dependencies
 from chongming_nb.control.dispatcher import Dispatcher
 from chongming_nb.control.handle import TaskHandle, TaskRef
-from chongming_nb.control.intake import NO_DEPS, Intake, SubmitOptions
+from chongming_nb.control.intake import NO_DEPS, Intake
 from chongming_nb.control.launcher import Launcher
 from chongming_nb.control.lifecycle import Lifecycle, OwnerLeases, check_settings
 from chongming_nb.control.ownership import (
@@ -201,19 +201,16 @@ class Controller(TaskLister):
             fn,
             args,
             kwargs,
-            SubmitOptions(
-                name=name,
-                tags=tags,
-                priority=priority,
-                retry=retry,
-                timeout=timeout,
-                executor=executor,
-                idempotency_key=idempotency_key,
-                bucket_key=bucket_key,
-                delay=delay,
-                not_before=not_before,
-            ),
             after=after,
+            name=name,
+            tags=tags,
+            priority=priority,
+            retry=retry,
+            timeout=timeout,
+            executor=executor,
+            idempotency_key=idempotency_key,
+            bucket_key=bucket_key,
+            start=None if delay is None and not_before is None else (delay, not_before),
         )
         return TaskHandle(self, task_id)
 

@@ -27,7 +27,6 @@ from chongming_nb.control.spec import (
     check_start,
     submit_facts,
 )
-from chongming_nb.core._fast import fast_init
 from chongming_nb.core.errors import ConfigurationError
 from chongming_nb.core.events import TaskCreated
 from chongming_nb.core.models import submitted_snapshot
@@ -38,43 +37,6 @@ from chongming_nb.stores.protocol import EventRecord
 
 #: ``submit(after=)``'s default: no dependencies.
 NO_DEPS: tuple[Any, ...] = ()
-
-
-@fast_init
-@dataclasses.dataclass(frozen=True, slots=True)
-class SubmitOptions:
-    """The options of one ``Controller.submit`` call, passed to the intake as one value
-    (None: the task's ``@task`` spec, or the default, decides)."""
-
-    name: str | None = None
-    tags: Iterable[str] | None = None
-    priority: int | None = None
-    retry: RetryPolicy | int | None = None
-    timeout: Timeout | float | None = None
-    executor: str | Executor | None = None
-    idempotency_key: str | None = None
-    bucket_key: str | None = None
-    delay: float | None = None
-    not_before: datetime | None = None
-
-    def applied_to(self, spec: TaskSpec) -> TaskSpec:
-        """``spec`` with the task options this call gives, checked as ``@task`` checks
-        them (a ConfigurationError names what is wrong)."""
-        if (
-            self.name is None
-            and self.retry is None
-            and self.timeout is None
-            and self.tags is None
-            and self.priority is None
-            and self.executor is None
-        ):
-            return spec
-        changes = _validate(self.name, self.retry, self.timeout, self.tags, self.priority)
-        return spec.merged(**changes, executor=self.executor)
-
-
-#: A submit without options.
-PLAIN = SubmitOptions()
 
 
 @dataclasses.dataclass(eq=False, repr=False, slots=True)
@@ -96,23 +58,30 @@ class Intake:
         fn: Callable[..., Any],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-        options: SubmitOptions = PLAIN,
         *,
         after: Iterable[object] | object = NO_DEPS,
+        name: str | None = None,
+        tags: Iterable[str] | None = None,
+        priority: int | None = None,
+        retry: RetryPolicy | int | None = None,
+        timeout: Timeout | float | None = None,
+        executor: str | Executor | None = None,
+        idempotency_key: str | None = None,
+        bucket_key: str | None = None,
         pipeline_run_id: str | None = None,
         join: JoinMode = JoinMode.ALL_SUCCEEDED,
         when: Callable[[Mapping[str, Any]], bool] | None = None,
         node: str | None = None,
+        compensate: Callable[..., Any] | None = None,
         upstream_names: Mapping[str, str] | None = None,
         prepared: tuple[TaskSpec, bool] | None = None,
         start: tuple[float | None, datetime | None] | None = None,
     ) -> str:
         """The new task's id (or the id an idempotency key already names).
 
-        ``options``: the ``submit()`` call's own (a pipeline step's are in its spec).
         ``prepared``: ``(final spec, inject)`` from a caller that has already validated
         the spec and bound the arguments (pipelines do it once per node at ``add``).
-        ``start``: the step's ``(delay, not_before)``, which win over the spec's."""
+        ``start``: this call's ``(delay, not_before)``, which win over the spec's."""
         book = self.book
         if not callable(fn):
             raise ConfigurationError(f"submit() needs a callable, got {fn!r}")
@@ -123,14 +92,21 @@ class Intake:
             spec, inject = prepared
         else:
             spec, inject, arity = submit_facts(fn)
-            spec = options.applied_to(spec)
-        if start is None and (options.delay is not None or options.not_before is not None):
-            start = (options.delay, options.not_before)
+        if prepared is None and (
+            name is not None
+            or retry is not None
+            or timeout is not None
+            or tags is not None
+            or priority is not None
+            or compensate is not None
+            or executor is not None
+        ):
+            spec = spec.merged(
+                **_validate(name, retry, timeout, tags, priority, compensate), executor=executor
+            )
         timing = check_start(*start) if start is not None else None
-        idempotency_key = options.idempotency_key
         if idempotency_key is not None:
             check_text("idempotency_key", idempotency_key, empty=True)
-        bucket_key = options.bucket_key
         if bucket_key is not None:
             check_text("bucket_key", bucket_key, empty=True)
         if prepared is None and (kwargs or len(args) + inject != arity):
