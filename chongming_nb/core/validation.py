@@ -79,12 +79,18 @@ def check_seconds(arg: str, value: Any, *, positive: bool = False) -> float | No
 
 
 def check_text(arg: str, value: Any, *, empty: bool = False) -> str:
-    """A string the stores can write: it encodes as UTF-8 (and, unless ``empty``, is
-    not blank)."""
+    """A string the stores can write: it encodes as UTF-8, holds no NUL character
+    (PostgreSQL text cannot) and, unless ``empty``, is not blank."""
     if not isinstance(value, str):
         raise ConfigurationError(f"{arg} must be a string, got {_show(value)}")
     if not empty and not value.strip():
         raise ConfigurationError(f"{arg} must be a non-empty string, got {_show(value)}")
+    nul = value.find("\x00")
+    if nul >= 0:
+        raise ConfigurationError(
+            f"{arg} must not contain a NUL character (\\x00), got {_show(value)} "
+            f"(at position {nul})"
+        )
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -99,8 +105,11 @@ def storable_text(text: str) -> str:
     """``text`` as the stores can write it. Text that comes out of a task (a printed
     line, a log message, an exception message, a progress unit) is not refused: its
     lone surrogates, which UTF-8 cannot hold, become backslash escapes (``'\\udcff'``),
-    so the line is saved instead of failing the store's write. Other text is returned
-    as it is (the same object)."""
+    and so do NUL characters (``'\\x00'``), which PostgreSQL text cannot hold, so the
+    line is saved instead of failing the store's write. Other text is returned as it
+    is (the same object)."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
     if text.isascii():
         return text
     try:

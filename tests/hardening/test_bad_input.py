@@ -175,6 +175,7 @@ VALUES = st.one_of(
     st.integers(min_value=-(2**70), max_value=2**70),
     st.floats(allow_nan=True, allow_infinity=True),
     st.text(),
+    st.just("a\x00b"),  # PostgreSQL text cannot hold NUL
     st.text(alphabet=st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF)),
     st.frozensets(st.text(max_size=5), max_size=3),
     st.lists(st.integers(), max_size=2),
@@ -214,6 +215,45 @@ def test_any_submit_option_is_refused_cleanly_or_round_trips_exactly(store: Any)
 
     try:
         check()
+        assert ctl.persist_failures == 0
+    finally:
+        ctl.close()
+
+
+@pytest.mark.parametrize("option", ["name", "idempotency_key", "bucket_key", "tags"])
+def test_a_nul_character_in_a_text_option_is_refused_on_every_store(
+    store: Any, option: str
+) -> None:
+    """PostgreSQL text cannot hold NUL: accepted, the task's write failed in the store
+    (found by the property test above on PostgreSQL). Refused up front, on every store."""
+    ctl = Controller(store=store)
+    value: Any = ["ok", "a\x00b"] if option == "tags" else "a\x00b"
+    try:
+        with pytest.raises(ConfigurationError, match=r"NUL character .*position 1"):
+            ctl.submit(noop, **{option: value})
+        assert ctl.list_tasks() == []
+        assert ctl.flush()
+        assert store.query() == []
+        assert ctl.persist_failures == 0
+    finally:
+        ctl.close()
+
+
+def _prints_nul() -> str:
+    print("before\x00after", flush=True)
+    return "done"
+
+
+def test_a_task_printing_a_nul_character_keeps_its_log_on_every_store(store: Any) -> None:
+    """Task output is never refused: a NUL becomes the escape ``\\x00`` (as a lone
+    surrogate does), so the line reaches the store instead of failing its write."""
+    ctl = Controller(store=store)
+    try:
+        h = ctl.submit(_prints_nul, name="nul", executor="inline")
+        assert h.result(timeout=30) == "done"
+        assert ctl.flush()
+        lines = [r.line for r in store.logs(h.id)]
+        assert "before\\x00after" in lines, lines
         assert ctl.persist_failures == 0
     finally:
         ctl.close()
