@@ -14,6 +14,7 @@ import sys
 import uuid
 from pathlib import Path
 
+from _kernel import run_cell
 from jupyter_client.manager import KernelManager
 
 from chongming_nb.control.ownership import OwnerId
@@ -30,30 +31,17 @@ def test_controller_made_in_a_kernel_names_the_kernel(tmp_path: Path) -> None:
     kid = str(uuid.uuid4())
     km = KernelManager(kernel_name="python3", connection_file=str(tmp_path / f"kernel-{kid}.json"))
     km.start_kernel(env={**os.environ}, cwd=str(tmp_path))
-    kc = km.client()
-    kc.start_channels()
     try:
-        kc.wait_for_ready(timeout=120)
-        out: list[str] = []
-
-        def hook(msg: dict) -> None:  # type: ignore[type-arg]
-            if msg["msg_type"] == "stream" and msg["content"]["name"] == "stdout":
-                out.append(msg["content"]["text"])
-            if msg["msg_type"] == "error":
-                out.append("\n".join(msg["content"]["traceback"]))
-
         cell = (
             "import chongming_nb as cn\n"
             f"ctl = cn.Controller(store={str(tmp_path / 'mine.db')!r})\n"
             "print(ctl.owner, flush=True)\n"
             "ctl.close()\n"
         )
-        reply = kc.execute_interactive(cell, timeout=120, output_hook=hook)
-        assert reply["content"]["status"] == "ok", out
+        printed = run_cell(km, cell)
     finally:
-        kc.stop_channels()
         km.shutdown_kernel(now=True)
-    assert _kernel_of("".join(out).split()[-1]) == kid
+    assert _kernel_of(printed.split()[-1]) == kid
 
 
 def test_controller_in_a_script_names_no_kernel_and_imports_no_ipykernel(

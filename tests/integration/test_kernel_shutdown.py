@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from _kernel import run_cell
 from jupyter_client.manager import KernelManager
 
 import chongming_nb as cn
@@ -57,23 +58,7 @@ def _start(tmp_path: Path, cell: str) -> tuple[KernelManager, str]:
     }
     env.pop("JPY_SESSION_NAME", None)
     km.start_kernel(env=env, cwd=str(tmp_path))
-    kc = km.client()
-    kc.start_channels()
-    try:
-        kc.wait_for_ready(timeout=120)
-        out: list[str] = []
-
-        def hook(msg: dict) -> None:  # type: ignore[type-arg]
-            if msg["msg_type"] == "stream" and msg["content"]["name"] == "stdout":
-                out.append(msg["content"]["text"])
-            if msg["msg_type"] == "error":
-                out.append("\n".join(msg["content"]["traceback"]))
-
-        reply = kc.execute_interactive(cell, timeout=120, output_hook=hook)
-        assert reply["content"]["status"] == "ok", out
-    finally:
-        kc.stop_channels()
-    task_id = "".join(out).split()[-1]
+    task_id = run_cell(km, cell).split()[-1]
     return km, task_id
 
 
