@@ -209,6 +209,22 @@ def pause_clock(snap: TaskSnapshot, transitions: Iterable[Transition]) -> PauseC
     return PauseClock(paused, since)
 
 
+def controller_pauses(ctl: Any, snap: TaskSnapshot) -> PauseClock:
+    """The pauses of a started task's current attempt, from the controller's history of
+    it (the store's for a task no longer in memory); a board asks it when a row's status
+    changes, not per progress update."""
+    if snap.started_at is None:
+        return NO_PAUSE
+    history = getattr(ctl, "history", None)
+    if not callable(history):
+        return NO_PAUSE
+    try:
+        transitions = history(snap.task_id)
+    except Exception:  # (a task that left memory without a store, a controller without it)
+        return NO_PAUSE
+    return pause_clock(snap, transitions)
+
+
 def elapsed_seconds(row: Mapping[str, Any], now_ms: float) -> float | None:
     """Seconds of work of a row's current attempt at ``now_ms`` (None before it started):
     its wall time, to ``ended``, else to ``frozen`` (paused), else to now, minus the time

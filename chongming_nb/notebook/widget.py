@@ -47,13 +47,11 @@ from chongming_nb.notebook.older import (
 )
 from chongming_nb.notebook.requests import TableRequests
 from chongming_nb.notebook.rows import (
-    NO_PAUSE,
-    PauseClock,
     RateTracker,
     build_row,
     clip,
+    controller_pauses,
     epoch_ms,
-    pause_clock,
     progress_fields,
     render_html,
     render_plain,
@@ -438,23 +436,8 @@ class TaskTable(TableRequests, anywidget.AnyWidget):
             self._can_for(snap),
             rate=self._rate_for(snap),
             last_line=last_line,
-            pauses=self._pauses_for(snap),
+            pauses=controller_pauses(self._ctl, snap),
         )
-
-    def _pauses_for(self, snap: TaskSnapshot) -> PauseClock:
-        """The pauses of a started task's current attempt, from the controller's history of
-        it (the store's for a task no longer in memory); asked when the row's status
-        changes, not per progress update."""
-        if snap.started_at is None:
-            return NO_PAUSE
-        history = getattr(self._ctl, "history", None)
-        if not callable(history):
-            return NO_PAUSE
-        try:
-            transitions = history(snap.task_id)
-        except Exception:  # (a task that left memory without a store, a controller without it)
-            return NO_PAUSE
-        return pause_clock(snap, transitions)
 
     def _rate_for(self, snap: TaskSnapshot) -> float | None:
         """Feed the task's progress to the rate tracker; its rate (None when terminal)."""
