@@ -131,8 +131,11 @@ export function endedByPerson(row: Pick<TaskRow, 'status'>): boolean {
   return PERSON_ENDED_STATUSES.includes(row.status);
 }
 
-/** The sentence under a finished or paused row that says what happened, from the row. */
-export function statusNote(row: TaskRow, now: number = Date.now()): string {
+/** The sentence under a finished or paused row that says what happened, from the row.
+ * `live`: the view hears from the kernel. A saved or disconnected view cannot know
+ * whether a delayed task has started since, so it names the start time without
+ * counting down to it. */
+export function statusNote(row: TaskRow, now: number = Date.now(), live = true): string {
   if (endedByPerson(row)) {
     const who = actorPhrase(row.ended_by);
     const when = row.ended !== null ? `at ${formatClock(row.ended)}` : '';
@@ -146,7 +149,10 @@ export function statusNote(row: TaskRow, now: number = Date.now()): string {
     return row.message ? `${row.message}` : `finished at ${formatClock(row.ended)}`;
   }
   if (row.starts !== null && row.starts !== undefined && !isTerminal(row.status) && row.started === null) {
-    // a delayed start, counted down by the clock
+    // a delayed start, counted down by the clock while the view is live
+    if (!live) {
+      return `was to start at ${formatClock(row.starts)}`;
+    }
     return `starts at ${formatClock(row.starts)} (in ${formatDuration(Math.max(0, (row.starts - now) / 1000))})`;
   }
   return row.message ?? '';
@@ -536,7 +542,7 @@ export function patchRow(item: HTMLElement, row: TaskRow, ctx: RowContext, signa
   }
 
   // the note: what happened (who and when), the last message, the answer to a click
-  const text = statusNote(row, ctx.now);
+  const text = statusNote(row, ctx.now, !ctx.disconnected);
   setText(p.noteText, text);
   setAttr(p.noteText, 'title', text || null);
   setClass(p.noteText, 'cm-mod-failure', tone === 'bad' && !!row.failure);

@@ -147,6 +147,15 @@ describe('a row', () => {
     expect(statusNote(r, starts - 180_000)).toBe('starts at 14:05 (in 3m00s)');
   });
 
+  it('a view that no longer hears the kernel names the start without counting down', () => {
+    const starts = new Date(2026, 0, 1, 14, 5, 0).getTime();
+    const r = row({ status: 'blocked', started: null, starts });
+    // a notebook reopened after the kernel went away, an hour after the start time
+    const node = renderRow(r, context({ disconnected: true, now: starts + 3_600_000 }));
+    expect(text(node, '.cm-Row-noteText')).toBe('was to start at 14:05');
+    expect(statusNote(r, starts - 180_000, false)).toBe('was to start at 14:05');
+  });
+
   it('a finished task without progress draws no bar', () => {
     const node = renderRow(row({ status: 'succeeded', ended: T0 + 4000, can: { pause: false, resume: false, stop: false, retry: false, skip: false } }), context());
     expect(node.querySelector<HTMLElement>('.cm-Row-bar')!.hidden).toBe(true);

@@ -67,6 +67,14 @@ describe('the saved snapshot', () => {
     expect(node.querySelector('.cm-Row-times')!.textContent).toBe('5m00s<?');
   });
 
+  it('names a delayed start without counting down to it', () => {
+    const node = document.createElement('div');
+    const starts = Date.parse('2026-01-01T10:15:00Z');
+    renderSnapshot(node, data([srow({ status: 'blocked', started: null, ended: null, starts })]));
+    const note = node.querySelector('.cm-Row-noteText')!.textContent!;
+    expect(note).toMatch(/^was to start at \d\d:\d\d$/);
+  });
+
   it('draws a row saved without the newer fields', () => {
     const node = document.createElement('div');
     const old = { id: 't1', name: 'old', status: 'succeeded', done: 3, total: 3 } as unknown as TaskRow;
