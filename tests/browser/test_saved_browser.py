@@ -147,3 +147,39 @@ def test_save_shut_down_reopen_shows_final_states_and_html_says_succeeded(
     assert "stopped from the widget at " in exported
     assert "200/200 item" in exported
     print("screenshots:", tmp_path)
+
+
+DELAYED = """\
+import chongming_nb as cn
+ctl = cn.Controller()
+later = ctl.submit(print, "hello", name="later", delay=3600)
+later
+"""
+
+
+def test_reopened_delayed_row_names_its_start_without_counting_down(
+    notebook: Any, jupyter_lab: Any, tmp_path: Path
+) -> None:
+    # the lead's user pass: reopened after the kernel was shut down, the saved board's
+    # delayed row still counted down from the viewer's clock ("starts at 08:06 (in
+    # 9m51s)") under "saved state, not live", and would read "(in 0s)" once that passed
+    nb = notebook("delayed.ipynb", [DELAYED])
+    nb.run(0)
+    note = nb.cell(0).locator(".cn-item .cm-Row-noteText").first
+    note.wait_for(timeout=30_000)
+    nb.page.wait_for_function(
+        """() => {
+            const n = document.querySelector('.jp-Notebook .jp-Cell .cn-item .cm-Row-noteText');
+            return !!n && n.textContent.startsWith('starts at ');
+        }""",
+        timeout=30_000,
+    )
+    assert "(in " in note.inner_text()  # live: counted down
+    again = save_shut_down_reopen(nb, jupyter_lab)
+    row = again.cell(0).locator(".cn-saved-static .cn-saved-row").first
+    row.wait_for(timeout=30_000)
+    saved_note = row.locator(".cm-Row-noteText").inner_text()
+    again.page.screenshot(path=str(tmp_path / "delayed-reopened.png"))
+    assert saved_note.startswith("was to start at "), saved_note
+    assert "(in " not in saved_note
+    assert "saved state" in again.output_text(0)
