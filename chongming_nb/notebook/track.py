@@ -269,18 +269,6 @@ def _hook_cell_end(shell: Any) -> bool:
 # -------------------------------------------------------------------- the row
 
 
-def _row_bundle(ctl: Any, table: Any, task_id: str) -> dict[str, Any]:
-    """The loop's output as it is now: the live widget view and the static snapshot
-    (text/plain, text/html, the rows as data) built from the task's current snapshot."""
-    from chongming_nb.notebook.display import WIDGET_MIME
-    from chongming_nb.notebook.rows import build_row
-
-    data: dict[str, Any] = table.snapshot_data([build_row(ctl.get(task_id), ctl.can_all(task_id))])
-    if table.comm is not None:
-        data[WIDGET_MIME] = {"version_major": 2, "version_minor": 1, "model_id": table.model_id}
-    return data
-
-
 def _display_row(ctl: Any, task_id: str) -> tuple[Any, Any]:
     """Display the loop's row with a display id; its table keeps that output updated as
     the task changes status (so a saved notebook holds the final state)."""
@@ -704,7 +692,7 @@ class tqdm(Generic[T]):
             return
         with contextlib.suppress(Exception):
             if self._keep():  # now, not at the table's next flush
-                dh.update(_row_bundle(self._rec.ctl, self._table, self._rec.task_id), raw=True)
+                self._table.rewrite_now()
             else:
                 self._table.close()  # first: it would put the row back at its next flush
                 dh.update({"text/plain": ""}, raw=True)

@@ -713,9 +713,8 @@ class TaskTable(TableRequests, anywidget.AnyWidget):
         return True
 
     def _full_interval(self, n_rows: int) -> float:
-        # The full trait only serves saved widget state and views opened later (a page
-        # reload asks get_state, which is always current), so big boards re-send it
-        # rarely: a 10,000-row board at most every 100 s; live views run on patches.
+        # The full trait serves only saved widget state and views opened later (a reload
+        # asks get_state): a 10,000-row board re-sends it every 100 s; live views patch.
         return max(self._full_min_interval, n_rows / 100.0)
 
     def _refresh_full_trait(self, now: float) -> None:
@@ -792,6 +791,14 @@ class TaskTable(TableRequests, anywidget.AnyWidget):
         with self._lock:
             if display_id not in self._display_ids:
                 self._display_ids.append(display_id)
+
+    def rewrite_now(self) -> None:
+        """Rewrite the outputs now, after a flush in flight (its older rows must not land last)."""
+        with self._lock:
+            self._dirty.update(self._rows)
+        self.flush(force=True)
+        with self._flush_lock:
+            self._update_displays()
 
     def _update_displays(self) -> None:
         """Rewrite every output showing this table with its current snapshot; the next

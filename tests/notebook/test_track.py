@@ -486,3 +486,109 @@ def test_a_loop_paused_then_stopped_says_the_time_it_worked_as_its_row_does(
         assert (snap.ended_at - snap.started_at).total_seconds() - paused == 2.0
     finally:
         ctl.close()
+
+
+class _WatchedLock:
+    """A lock that says when a thread has to wait for it (``contended``)."""
+
+    def __init__(self, on_contended: Callable[[], None]) -> None:
+        self._lock = threading.Lock()
+        self._on_contended = on_contended
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if self._lock.acquire(blocking=False):
+            return True
+        self._on_contended()
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def test_the_loops_saved_output_ends_on_its_final_state_with_a_flush_in_flight(
+    ctl: cn.Controller, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Read in the code, then reproduced: the table's flush thread builds an output from
+    # the rows it fetched (here "paused") and publishes it; if the loop ended meanwhile
+    # and wrote its final output first, the older one landed last, and a notebook saved
+    # then (nbclient, papermill: the kernel stops after the last cell) said "paused".
+    import chongming_nb.control.kernel as kernel
+    import chongming_nb.notebook.track as track
+    from chongming_nb.notebook.display import make_table
+    from chongming_nb.notebook.schema import SNAPSHOT_MIME
+
+    published: list[str] = []  # the output's status, in the order the rewrites landed
+    changed = threading.Condition()
+    contended: list[bool] = []
+    in_flight, release = threading.Event(), threading.Event()
+    tables: list[Any] = []
+
+    def record(data: dict[str, Any]) -> None:
+        with changed:
+            published.append(str(data[SNAPSHOT_MIME]["rows"][0]["status"]))
+            changed.notify_all()
+
+    def publish(data: dict[str, Any], display_id: str) -> None:
+        if threading.current_thread().name == "stale-flush" and not in_flight.is_set():
+            in_flight.set()
+            assert release.wait(10), "the stale rewrite was never released"
+        record(data)
+
+    class Handle:  # the cell's output (IPython's DisplayHandle)
+        display_id = "out-1"
+
+        def update(self, data: dict[str, Any], raw: bool = False) -> None:
+            record(data)
+
+    def display_row(ctl_: Any, task_id: str) -> tuple[Any, Any]:
+        table = make_table(ctl_, task_ids=[task_id], kind="task", autoflush=False)
+
+        def note_contended() -> None:
+            with changed:
+                contended.append(True)
+                changed.notify_all()
+
+        table._flush_lock = _WatchedLock(note_contended)
+        table.keep_display_updated(Handle.display_id, publish=publish)
+        tables.append(table)
+        return table, Handle()
+
+    monkeypatch.setattr(track, "_front_end_shell", lambda: object())
+    monkeypatch.setattr(track, "_hook_cell_end", lambda shell: False)
+    monkeypatch.setattr(track, "_display_row", display_row)
+    monkeypatch.setattr(kernel, "get_controller", lambda: ctl)
+
+    bar = cn.track(range(1000), desc="load")
+    tid = bar.task_id
+    assert tid is not None and tables
+    table = tables[0]
+
+    def control() -> None:  # the comm's thread and the table's flush thread
+        _until(ctl, tid, S.PAUSED)
+        stale = threading.Thread(target=table.flush, kwargs={"force": True}, name="stale-flush")
+        stale.start()
+        assert in_flight.wait(10), "the flush did not rewrite the output for the pause"
+        ctl.stop(tid)  # the loop ends while the flush is publishing "paused"
+        with changed:  # until the loop's end has written, or waits to write, its output
+            assert changed.wait_for(lambda: "stopped" in published or contended, 10)
+        release.set()
+        stale.join(10)
+
+    helper = threading.Thread(target=control)
+    helper.start()
+    with pytest.raises(cn.Stopped):
+        for i in bar:
+            if i == 5:
+                ctl.pause(tid)  # in place: the loop waits at its next item
+    helper.join(10)
+    assert not helper.is_alive()
+    assert ctl.get(tid).status is S.STOPPED
+    assert "paused" in published
+    assert published[-1] == "stopped", published
+    table.close()
