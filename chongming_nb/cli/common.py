@@ -15,11 +15,13 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, TextIO
 
+from chongming_nb.control.ownership import gone_tasks
 from chongming_nb.core.errors import StoreError
-from chongming_nb.core.models import TaskSnapshot, start_text, start_time
+from chongming_nb.core.models import TaskSnapshot, start_text, start_time, utc_clock
 from chongming_nb.core.states import TaskStatus
 from chongming_nb.stores import TaskStore, default_store_path, open_store
 from chongming_nb.stores._target import parse_target, redact
+from chongming_nb.stores.protocol import OwnerRecord
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1
@@ -130,20 +132,25 @@ _STREAM_PAGE = 1000
 _PS_HEADER = ("ID", "NAME", "STATUS", "ATTEMPT", "PROGRESS", "CREATED", "OWNER")
 
 
-def _status(s: TaskSnapshot) -> str:
+def _status(s: TaskSnapshot, gone: str | None = None) -> str:
     """The status, and for a delayed start when it starts: "blocked, starts at 14:05 UTC
-    (in 3m)"."""
+    (in 3m)". ``gone``: why the task's owner is gone (``CliBase.gone``): nothing will move
+    it, so the status says so and a delayed start is not counted down ("blocked, was to
+    start at 14:05 UTC (owner gone)")."""
     at = start_time(s)
+    if gone is not None:
+        when = "" if at is None else f", was to start at {utc_clock(at)}"
+        return f"{s.status.value}{when} (owner gone)"
     if at is None:
         return s.status.value
     return f"{s.status.value}, {start_text(at, datetime.now(UTC))}"
 
 
-def _ps_row(s: TaskSnapshot) -> tuple[str, ...]:
+def _ps_row(s: TaskSnapshot, gone: str | None = None) -> tuple[str, ...]:
     return (
         s.task_id,
         s.name,
-        _status(s),
+        _status(s, gone),
         f"{s.attempt}/{s.max_attempts}",
         _progress(s),
         _when(s.created_at),
@@ -215,6 +222,7 @@ class CliBase:
         self.out = _Masked(out, secrets_of(args.store))
         self.err = _Masked(err, secrets_of(args.store))
         self._store: TaskStore | None = None
+        self._owners: dict[str, OwnerRecord] | None = None
 
     @property
     def store(self) -> TaskStore:
@@ -237,6 +245,19 @@ class CliBase:
 
     def emit_json(self, value: Any) -> None:
         self.out.write(json.dumps(to_jsonable(value), indent=2, ensure_ascii=False) + "\n")
+
+    def gone(self, snaps: Sequence[TaskSnapshot], *, finished: bool = False) -> dict[str, str]:
+        """``task id -> why its owner is provably gone`` among ``snaps`` (the unfinished
+        ones; also the finished ones with ``finished``), by the rules the Tasks sidebar
+        uses (``chongming_nb.control.ownership``): a pid on this host that is not
+        running, or a lease on another host that ran out. The store's owners are read
+        once per command, and only when a task has an owner to judge."""
+        judged = [s for s in snaps if s.lease_owner is not None and (finished or not s.is_terminal)]
+        if not judged:
+            return {}
+        if self._owners is None:
+            self._owners = {o.owner_id: o for o in self.store.owners()}
+        return gone_tasks(judged, now=datetime.now(UTC), owners=self._owners)
 
     def task(self, task_id: str) -> TaskSnapshot:
         snap = self.store.get(task_id)

@@ -21,6 +21,7 @@ from chongming_nb.cli.common import (
     clean,
     to_jsonable,
 )
+from chongming_nb.control.ownership import refusal
 from chongming_nb.core.errors import ConfigurationError
 from chongming_nb.core.models import Command, CommandState
 from chongming_nb.core.state_machine import StateMachine
@@ -63,6 +64,12 @@ class Controlling(CliBase):
         if not ok:
             why = (why or "").replace("retry(force=True)", "--force")  # the CLI's words
             raise CliError(EXIT_ILLEGAL, f"cannot {verb} task {clean(snap.task_id)}: {why}")
+        gone = self.gone([snap], finished=True).get(snap.task_id)
+        if gone is not None:
+            # nothing would claim the command: say so now rather than wait out --wait
+            raise CliError(
+                EXIT_ILLEGAL, f"cannot {verb} task {clean(snap.task_id)}: {refusal(snap, gone)}"
+            )
         args: dict[str, Any] = {}
         if verb == "stop":
             args["graceful"] = not a.no_graceful

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from collections.abc import Mapping
 from typing import Any
 
 from chongming_nb.cli.common import (
@@ -26,8 +27,23 @@ from chongming_nb.cli.common import (
     to_jsonable,
 )
 from chongming_nb.core.errors import StoreError
+from chongming_nb.core.models import TaskSnapshot
 from chongming_nb.core.states import TERMINAL, TaskStatus
 from chongming_nb.stores import TaskQuery
+
+#: What becomes of a task whose owner is gone.
+_SETTLED_BY = (
+    "nothing will move it until a controller opened on this store (cn.get_controller()) "
+    "or ctl.reconcile() settles it: lost if it had started, else cancelled"
+)
+
+
+def _with_gone(s: TaskSnapshot, gone: Mapping[str, str]) -> dict[str, Any]:
+    """A task as ``--json`` prints it: its snapshot and ``owner_gone`` (why its owner is
+    provably gone, else null)."""
+    item: dict[str, Any] = to_jsonable(s)
+    item["owner_gone"] = gone.get(s.task_id)
+    return item
 
 
 class Reading(CliBase):
@@ -62,14 +78,15 @@ class Reading(CliBase):
             if a.json and not opened:
                 self.out.write("[")
                 opened = True
+            gone = self.gone(snaps)
             if a.json:
                 for s in snaps:
                     sep = ",\n" if shown else "\n"
-                    item = json.dumps(to_jsonable(s), indent=2, ensure_ascii=False)
+                    item = json.dumps(_with_gone(s, gone), indent=2, ensure_ascii=False)
                     self.out.write(sep + textwrap.indent(item, "  "))
                     shown += 1
             else:
-                rows = [_ps_row(s) for s in snaps]
+                rows = [_ps_row(s, gone.get(s.task_id)) for s in snaps]
                 widths = _table(rows, _PS_HEADER, self.out, widths=widths)
                 shown += len(rows)
             if after is None or a.limit > 0:
@@ -85,13 +102,15 @@ class Reading(CliBase):
 
     def cmd_status(self) -> int:
         s = self.task(self.args.task_id)
+        gone = self.gone([s])
         if self.args.json:
-            self.emit_json(s)
+            self.emit_json(_with_gone(s, gone))
             return EXIT_OK
+        why = gone.get(s.task_id)
         lines: list[tuple[str, Any]] = [
             ("id", s.task_id),
             ("name", s.name),
-            ("status", _status(s)),
+            ("status", _status(s, why)),
             ("version", s.status_version),
             ("requested", s.requested_action.value if s.requested_action else "-"),
             ("attempt", f"{s.attempt}/{s.max_attempts}"),
@@ -110,6 +129,8 @@ class Reading(CliBase):
         ]
         if s.failure is not None:
             lines.append(("failure", f"{s.failure.kind.value}: {s.failure.message}"))
+        if why is not None:
+            lines.append(("owner gone", f"{why}; {_SETTLED_BY}"))
         width = max(len(k) for k, _ in lines)
         for k, v in lines:
             self.out.write(f"{k.ljust(width)}  {clean(v)}\n")

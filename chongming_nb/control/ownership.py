@@ -10,7 +10,8 @@ reports it). The id is the ``lease_owner`` of the tasks it runs, so a task row a
 says which process incarnation holds it, and each owner renews a lease on its tasks
 (``lease_until``; ``Controller(lease_seconds=...)``).
 
-The rules (one place; the reconciler and the server's sidebar both use ``judge``):
+The rules (one place; the reconciler, the server's sidebar and the ``chongming`` CLI all
+use ``judge``):
 
 * **same host** — ask the operating system. The owner is gone when its pid is not
   running (or is a zombie), or when the pid now belongs to another process (its start
@@ -34,20 +35,24 @@ import os
 import secrets
 import socket
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
+
+from chongming_nb.core.models import TaskSnapshot
 
 __all__ = [
     "DEFAULT_GRACE_SECONDS",
     "DEFAULT_LEASE_SECONDS",
     "OwnerId",
     "Verdict",
+    "gone_tasks",
     "judge",
     "kernel_id",
     "process_alive",
     "process_start",
+    "refusal",
     "this_process",
 ]
 
@@ -219,3 +224,54 @@ def judge(
     if now > end + timedelta(seconds=grace):
         return Verdict(True, f"{who} is gone: its lease ended at {_when(end)}, over {grace:g}s ago")
     return Verdict(False, f"{who}: lease valid until {_when(end)} (+{grace:g}s grace)")
+
+
+#: How one owner is judged: ``(owner, *, lease_until, now, owners) -> Verdict`` (``judge``,
+#: or the server's ``owner_gone``, which also asks its kernel manager).
+Decide = Callable[..., Verdict]
+
+
+def gone_tasks(
+    snaps: Iterable[TaskSnapshot],
+    *,
+    now: datetime,
+    owners: Mapping[str, Any] | None = None,
+    finished: bool = True,
+    decide: Decide = judge,
+) -> dict[str, str]:
+    """``task id -> reason`` for every task among ``snaps`` whose owner is gone, each
+    owner judged once (a listing of 2,000 tasks has a handful). A finished task
+    (``finished``) is judged by its owner alone (its old lease ran out when it ended):
+    nothing can retry it, since its code lived in that process and no other controller
+    holds it."""
+    memo: dict[tuple[str, datetime | None], Verdict] = {}
+    out: dict[str, str] = {}
+    for s in snaps:
+        if s.lease_owner is None or (s.is_terminal and not finished):
+            continue
+        lease_until = None if s.is_terminal else s.lease_until
+        key = (s.lease_owner, lease_until)
+        verdict = memo.get(key)
+        if verdict is None:
+            verdict = memo[key] = decide(
+                s.lease_owner, lease_until=lease_until, now=now, owners=owners
+            )
+        if verdict.gone:
+            out[s.task_id] = verdict.reason
+    return out
+
+
+def refusal(snap: TaskSnapshot, gone: str) -> str:
+    """Why no verb reaches a task whose owner is gone (``gone``: why, as ``owner_gone``
+    says it): nothing would claim the command. The sidebar's tooltips, the REST API's
+    409 and the ``chongming`` CLI give these words."""
+    oid = OwnerId.parse(snap.lease_owner)
+    who = "kernel" if oid is not None and oid.kernel else "controller"
+    if snap.is_terminal:
+        # a finished task is retried by the controller that holds its code: none now
+        return (
+            f"the {who} that ran it is gone ({gone}): no controller holds its code to run it again"
+        )
+    # until a controller on the store settles it (reconcile: lost if it had started, else
+    # cancelled)
+    return f"the {who} that runs it is gone: {gone}"

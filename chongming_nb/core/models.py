@@ -269,7 +269,14 @@ def start_text(at: datetime, now: datetime) -> str:
     if at.tzinfo is None:
         at = at.replace(tzinfo=UTC)
     left = max(0.0, (at - now).total_seconds())
-    return f"starts at {at.astimezone(UTC).strftime('%H:%M UTC')} (in {_in(left)})"
+    return f"starts at {utc_clock(at)} (in {_in(left)})"
+
+
+def utc_clock(at: datetime) -> str:
+    """ "14:05 UTC" (a naive time is taken as UTC)."""
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=UTC)
+    return at.astimezone(UTC).strftime("%H:%M UTC")
 
 
 def _in(seconds: float) -> str:

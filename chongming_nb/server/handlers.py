@@ -21,6 +21,7 @@ import tornado.web
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 
+from chongming_nb.control.ownership import refusal
 from chongming_nb.core.models import Command, CommandState, TaskSnapshot
 from chongming_nb.core.state_machine import CONTROL_VERBS
 from chongming_nb.core.states import TaskStatus
@@ -30,7 +31,6 @@ from chongming_nb.server.listing import MAX_LIMIT, BadQuery, Page, parse_listing
 from chongming_nb.server.pictures import run_graph, task_timeline
 from chongming_nb.server.serialize import (
     command_info,
-    gone_retry_reason,
     owner_row,
     parse_owner,
     pause_clocks,
@@ -373,9 +373,7 @@ class TaskCommandsHandler(_Base):
             gone = self.cm.liveness.gone([snap], now=now, owners=owners).get(task_id)
             if gone is not None:
                 # nobody would claim it: answer now instead of leaving it pending
-                if snap.is_terminal:
-                    return "refused", gone_retry_reason(gone)
-                return "refused", f"the kernel that runs it is gone: {gone}"
+                return "refused", refusal(snap, gone)
             store.submit_command(command)
             return "queued", snap
 

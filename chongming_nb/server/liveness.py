@@ -21,13 +21,14 @@ owner (a listing of 2,000 tasks has a handful of owners).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from chongming_nb.control.ownership import OwnerId, Verdict, judge
+from chongming_nb.control.ownership import OwnerId, Verdict, gone_tasks, judge
 from chongming_nb.core.models import TaskSnapshot
 
 __all__ = ["KernelPids", "KernelView", "Liveness", "kernel_pids_of", "owner_gone"]
@@ -101,27 +102,8 @@ class Liveness:
         (``finished``) is judged by its owner alone (its old lease ran out when it ended):
         nothing can retry it, since its code lived in that kernel and no other
         controller holds it."""
-        kernels = self.kernels()
-        memo: dict[tuple[str | None, datetime | None], Verdict] = {}
-        out: dict[str, str] = {}
-        for s in snaps:
-            if s.lease_owner is None or (s.is_terminal and not finished):
-                continue
-            lease_until = None if s.is_terminal else s.lease_until
-            key = (s.lease_owner, lease_until)
-            verdict = memo.get(key)
-            if verdict is None:
-                verdict = owner_gone(
-                    s.lease_owner,
-                    lease_until=lease_until,
-                    now=now,
-                    owners=owners,
-                    kernels=kernels,
-                )
-                memo[key] = verdict
-            if verdict.gone:
-                out[s.task_id] = verdict.reason
-        return out
+        decide = functools.partial(owner_gone, kernels=self.kernels())
+        return gone_tasks(snaps, now=now, owners=owners, finished=finished, decide=decide)
 
 
 def kernel_pids_of(kernel_manager: Any) -> Callable[[], KernelPids]:

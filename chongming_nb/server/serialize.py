@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from chongming_nb.control.ownership import OwnerId
+from chongming_nb.control.ownership import OwnerId, refusal
 from chongming_nb.core.errors import StoreError
 from chongming_nb.core.models import AttemptRecord, Command, TaskSnapshot, Transition
 from chongming_nb.core.state_machine import CONTROL_VERBS, StateMachine
@@ -97,11 +97,6 @@ class CanFlags:
         return dict(can), {verb: text.replace(_ID_PLACEHOLDER, tid) for verb, text in why.items()}
 
 
-def gone_retry_reason(gone: str) -> str:
-    """Why a finished task of a gone kernel cannot be retried."""
-    return f"the kernel that ran it is gone ({gone}): no controller holds its code to run it again"
-
-
 _PAUSED = frozenset({TaskStatus.PAUSED})
 
 
@@ -155,11 +150,11 @@ def task_row(
         # a finished task is retried by the controller that holds its code: none now
         # (the row says how it ended, not "kernel gone"; the reason stays for the group)
         can = {**can, "retry": False}
-        why = {**why, "retry": gone_retry_reason(gone)}
+        why = {**why, "retry": refusal(snap, gone)}
     elif gone is not None:
         # nothing would claim a command: every verb waits for reconcile (-> lost)
         can = dict.fromkeys(can, False)
-        why = dict.fromkeys(can, f"the kernel that runs it is gone: {gone}")
+        why = dict.fromkeys(can, refusal(snap, gone))
     row = build_row(
         snap,
         {verb: (ok, why.get(verb)) for verb, ok in can.items()},

@@ -24,6 +24,7 @@ import {
   TaskRow,
   VERB_LABELS,
   VERB_TIPS,
+  ListingRow,
   isTerminal
 } from './contract';
 import {
@@ -541,8 +542,10 @@ export function patchRow(item: HTMLElement, row: TaskRow, ctx: RowContext, signa
     closeMenu(p);
   }
 
-  // the note: what happened (who and when), the last message, the answer to a click
-  const text = statusNote(row, ctx.now, !ctx.disconnected);
+  // the note: what happened (who and when), the last message, the answer to a click;
+  // a row of a kernel that is gone (the sidebar's listing says so) will not start either
+  const gone = (row as Partial<ListingRow>).kernel_gone === true;
+  const text = statusNote(row, ctx.now, !ctx.disconnected && !gone);
   setText(p.noteText, text);
   setAttr(p.noteText, 'title', text || null);
   setClass(p.noteText, 'cm-mod-failure', tone === 'bad' && !!row.failure);

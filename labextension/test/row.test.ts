@@ -156,6 +156,16 @@ describe('a row', () => {
     expect(statusNote(r, starts - 180_000, false)).toBe('was to start at 14:05');
   });
 
+  it("a gone kernel's delayed row names the start without counting down", () => {
+    const starts = new Date(2026, 0, 1, 14, 5, 0).getTime();
+    // the sidebar's listing row of a script or kernel that has gone away meanwhile
+    const gone = row({ status: 'blocked', started: null, starts, kernel_gone: true });
+    const node = renderRow(gone, context({ now: starts - 180_000 }));
+    expect(text(node, '.cm-Row-noteText')).toBe('was to start at 14:05');
+    const alive = renderRow({ ...gone, kernel_gone: false }, context({ now: starts - 180_000 }));
+    expect(text(alive, '.cm-Row-noteText')).toBe('starts at 14:05 (in 3m00s)');
+  });
+
   it('a finished task without progress draws no bar', () => {
     const node = renderRow(row({ status: 'succeeded', ended: T0 + 4000, can: { pause: false, resume: false, stop: false, retry: false, skip: false } }), context());
     expect(node.querySelector<HTMLElement>('.cm-Row-bar')!.hidden).toBe(true);
