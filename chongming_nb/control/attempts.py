@@ -30,7 +30,7 @@ from chongming_nb.core.errors import ConfigurationError, TaskTimeout
 from chongming_nb.core.events import AttemptFailed, ProgressUpdated, TaskLogLine, TaskOutput
 from chongming_nb.core.models import Failure, FailureKind
 from chongming_nb.core.policies import Timeout, clip_text
-from chongming_nb.core.states import TERMINAL, TaskStatus
+from chongming_nb.core.states import STATUS, TERMINAL
 from chongming_nb.core.validation import storable_text
 from chongming_nb.runtime.cancellation import CancellationToken
 from chongming_nb.runtime.executors import ExecutionRequest, Executor, Outcome
@@ -38,7 +38,7 @@ from chongming_nb.stores.protocol import LogRecord, log_size
 
 log = logging.getLogger("chongming_nb.controller")
 
-S = TaskStatus
+S = STATUS  # TaskStatus's members, read fast (core/states.py: Members)
 
 #: At most one ProgressUpdated event per task per this many seconds.
 PROGRESS_EVENT_INTERVAL = 0.1

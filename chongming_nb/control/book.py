@@ -73,6 +73,7 @@ from chongming_nb.core.models import (
     Progress,
     TaskSnapshot,
     Transition,
+    new_attempt_record,
 )
 from chongming_nb.core.policies import HistoryLimits, JoinMode
 from chongming_nb.core.state_machine import StateMachine
@@ -353,7 +354,7 @@ class TaskBook:
             return
         if now is None:
             now = self.clock.now()
-        t.attempts[-1] = rec = AttemptRecord(
+        t.attempts[-1] = rec = new_attempt_record(
             task_id=rec.task_id,
             attempt=rec.attempt,
             started_at=rec.started_at,

@@ -19,9 +19,9 @@ from chongming_nb.control.book import TaskBook, TaskEntry
 from chongming_nb.control.timers import TimerKind, TimerQueue
 from chongming_nb.core.models import FailureKind
 from chongming_nb.core.policies import JoinMode
-from chongming_nb.core.states import TERMINAL, TaskStatus
+from chongming_nb.core.states import STATUS, TERMINAL, TaskStatus
 
-S = TaskStatus
+S = STATUS  # TaskStatus's members, read fast (core/states.py: Members)
 
 #: Terminal states other than success: an upstream in one fails an all_succeeded join.
 _UNSUCCESSFUL = TERMINAL - {TaskStatus.SUCCEEDED}

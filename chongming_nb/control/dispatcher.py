@@ -23,12 +23,12 @@ from chongming_nb.control.launcher import Launcher
 from chongming_nb.control.messages import TouchHeartbeat
 from chongming_nb.control.timers import TimerKind, TimerQueue
 from chongming_nb.core.models import Failure, FailureKind
-from chongming_nb.core.states import OCCUPIED, TERMINAL, TaskStatus
+from chongming_nb.core.states import OCCUPIED, STATUS, TERMINAL
 from chongming_nb.runtime import timeouts
 
 log = logging.getLogger("chongming_nb.controller")
 
-S = TaskStatus
+S = STATUS  # TaskStatus's members, read fast (core/states.py: Members)
 
 #: How often the dispatcher wakes at the latest (a module global: tests move it).
 TICK_SECONDS = timers_module.TICK_SECONDS

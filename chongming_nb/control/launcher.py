@@ -24,8 +24,8 @@ from chongming_nb.control.messages import SaveAttempt
 from chongming_nb.control.timers import TimerQueue
 from chongming_nb.core.errors import ConfigurationError
 from chongming_nb.core.events import AttemptStarted
-from chongming_nb.core.models import AttemptRecord, Failure, FailureKind
-from chongming_nb.core.states import TERMINAL, TaskStatus
+from chongming_nb.core.models import Failure, FailureKind, new_attempt_record
+from chongming_nb.core.states import STATUS, TERMINAL, TaskStatus
 from chongming_nb.runtime.executors import (
     ExecutionHandle,
     ExecutionRequest,
@@ -34,7 +34,7 @@ from chongming_nb.runtime.executors import (
 )
 from chongming_nb.runtime.heartbeat import Heartbeat
 
-S = TaskStatus
+S = STATUS  # TaskStatus's members, read fast (core/states.py: Members)
 
 #: The states of a launched attempt in which no request awaits delivery to its handle.
 _LAUNCHED_QUIETLY = frozenset({TaskStatus.STARTING, TaskStatus.RUNNING})
@@ -209,7 +209,9 @@ class Launcher:
         t.started_mono = None
         started_at = t.snap.started_at
         assert started_at is not None
-        t.attempts.append(AttemptRecord(t.snap.task_id, attempt, started_at, executor=exec_name))
+        t.attempts.append(
+            new_attempt_record(t.snap.task_id, attempt, started_at, executor=exec_name)
+        )
         if book.bus.listened:
             book.outbox.append(
                 book.new_event(

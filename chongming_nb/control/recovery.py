@@ -45,7 +45,7 @@ from chongming_nb.core.errors import ConcurrencyConflict, ConfigurationError
 from chongming_nb.core.events import PipelineRunStatusChanged
 from chongming_nb.core.models import AttemptRecord, FailureKind, TaskSnapshot, Transition
 from chongming_nb.core.state_machine import StateMachine
-from chongming_nb.core.states import NON_TERMINAL, TERMINAL, TaskStatus
+from chongming_nb.core.states import NON_TERMINAL, STATUS, TERMINAL
 from chongming_nb.stores.protocol import RunRecord, TaskQuery, TaskStore
 
 __all__ = [
@@ -60,7 +60,7 @@ __all__ = [
 
 log = logging.getLogger("chongming_nb.recovery")
 
-S = TaskStatus
+S = STATUS  # TaskStatus's members, read fast (core/states.py: Members)
 
 #: States in which a task may hold an execution: settled as LOST (result unknown).
 _MAYBE_RUNNING = frozenset({S.STARTING, S.RUNNING, S.PAUSING, S.STOPPING})

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from chongming_nb.core._fast import evolver, fast_init
+from chongming_nb.core._fast import evolver, fast_init, maker
 from chongming_nb.core.states import TERMINAL, RequestedAction, TaskStatus
 
 
@@ -314,6 +314,11 @@ class Transition:
     override: bool = False
 
 
+#: ``Transition(...)`` without the class call (``core/_fast.py: maker``): the state
+#: machine builds one for every change.
+new_transition = maker(Transition)
+
+
 @fast_init
 @dataclass(frozen=True, slots=True)
 class AttemptRecord:
@@ -335,6 +340,10 @@ class AttemptRecord:
     @property
     def duration(self) -> timedelta | None:
         return None if self.ended_at is None else self.ended_at - self.started_at
+
+
+#: ``AttemptRecord(...)`` without the class call: made when an attempt starts and ends.
+new_attempt_record = maker(AttemptRecord)
 
 
 class CommandState(StrEnum):

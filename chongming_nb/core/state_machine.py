@@ -43,10 +43,12 @@ from chongming_nb.core.models import (
     _evolve_status_keep_retry,
     _evolve_succeeded,
     ended_by_outcome,
+    new_transition,
 )
 from chongming_nb.core.states import (
     OCCUPIED,
     REVIVABLE,
+    STATUS,
     TERMINAL,
     TRANSITIONS,
     UNOCCUPIED,
@@ -54,7 +56,7 @@ from chongming_nb.core.states import (
     TaskStatus,
 )
 
-S = TaskStatus
+S = STATUS  # TaskStatus's members, read fast (core/states.py: Members)
 
 #: The user-facing verbs ``can`` answers for.
 VERBS: tuple[str, ...] = ("start", "stop", "pause", "resume", "cancel", "retry", "skip", "reset")
@@ -98,7 +100,9 @@ _EDGES: dict[tuple[TaskStatus, TaskStatus], Arrival] = {
     (f, to): (_REQUESTED.get(to), to in TERMINAL) for f, tos in TRANSITIONS.items() for to in tos
 }
 #: The arrival in each status by a sanctioned way around the table (retry, reset, force).
-_ARRIVALS: dict[TaskStatus, Arrival] = {to: (_REQUESTED.get(to), to in TERMINAL) for to in S}
+_ARRIVALS: dict[TaskStatus, Arrival] = {
+    to: (_REQUESTED.get(to), to in TERMINAL) for to in TaskStatus
+}
 #: Non-terminal states in which the current attempt has not started (no started_at).
 _NOT_STARTED = frozenset({S.PENDING, S.BLOCKED, S.QUEUED, S.RETRY_WAIT})
 
@@ -106,6 +110,22 @@ _NOT_STARTED = frozenset({S.PENDING, S.BLOCKED, S.QUEUED, S.RETRY_WAIT})
 #: A snapshot copier of core/models.py: ``(s, changes, status, version, ended_at,
 #: requested_action, *leading values) -> TaskSnapshot``.
 Evolve = Callable[..., TaskSnapshot]
+
+
+#: The actor each trigger names (``"executor"`` of ``"executor:started"``), interned: every
+#: kept transition shares one string per actor (a new one per transition cost a finished
+#: task ~170 bytes of its history). Filled as triggers are seen: the controller's are a
+#: few dozen; a caller of the public methods may pass its own (at most 1,024 are kept).
+_ACTORS: dict[str, str] = {}
+
+
+def _actor_of(trigger: str) -> str:
+    actor = _ACTORS.get(trigger)
+    if actor is None:
+        actor = sys.intern(trigger.partition(":")[0])
+        if len(_ACTORS) < 1024:
+            _ACTORS[trigger] = actor
+    return actor
 
 
 def _allowed_text(sources: frozenset[TaskStatus]) -> list[str]:
@@ -165,10 +185,8 @@ class StateMachine:
         else:
             new = _evolve_status(s, changes, to, version, ended, requested, None)
         if actor is None:
-            # interned: every kept transition shares one string per actor (a new one per
-            # transition cost a finished task ~170 bytes of its history)
-            actor = sys.intern(trigger.partition(":")[0])
-        tr = Transition(s.task_id, s.status, to, trigger, actor, reason, now, version, override)
+            actor = _actor_of(trigger)
+        tr = new_transition(s.task_id, s.status, to, trigger, actor, reason, now, version, override)
         return new, tr
 
     @staticmethod

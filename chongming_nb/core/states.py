@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from enum import StrEnum
+from enum import Enum, StrEnum
 from types import MappingProxyType
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 
 class TaskStatus(StrEnum):
@@ -37,6 +38,27 @@ class RequestedAction(StrEnum):
     STOP = "stop"
     PAUSE = "pause"
 
+
+E = TypeVar("E", bound=Enum)
+
+
+class Members(Generic[E]):
+    """An enum's members as plain attributes: ``S = Members(TaskStatus)``, then ``S.QUEUED``
+    is ``TaskStatus.QUEUED``. For code that reads members on every task: on Python 3.11,
+    every read of ``TaskStatus.QUEUED`` goes through the hook that ``EnumType.__getattr__``
+    installs (~0.2 µs, ten times a plain attribute; Python 3.12 removed it), and the
+    controller reads a few dozen per task."""
+
+    def __init__(self, enum: type[E]) -> None:
+        self.__dict__.update(enum.__members__)
+
+    if TYPE_CHECKING:
+
+        def __getattr__(self, name: str) -> E: ...
+
+
+#: TaskStatus's members, read fast (see Members): ``from ...states import STATUS as S``.
+STATUS: Members[TaskStatus] = Members(TaskStatus)
 
 _S = TaskStatus
 

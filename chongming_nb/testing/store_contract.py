@@ -39,7 +39,7 @@ from chongming_nb.core.models import (
     TaskSnapshot,
     Transition,
 )
-from chongming_nb.core.states import RequestedAction, TaskStatus
+from chongming_nb.core.states import STATUS, RequestedAction, TaskStatus
 from chongming_nb.stores.protocol import (
     DROPPED_STREAM,
     EventRecord,
@@ -54,7 +54,7 @@ from chongming_nb.stores.protocol import (
 
 __all__ = ["T0", "StoreContract", "full_snapshot", "snap"]
 
-S = TaskStatus
+S = STATUS  # TaskStatus's members, read fast (core/states.py: Members)
 #: A fixed, aware start time for the cases.
 T0 = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
 

@@ -116,3 +116,13 @@ def test_public_namespace_prints_the_seed_row_for_paused() -> None:
             cn.TaskStatus.CANCELLED,
         }
     )
+
+
+def test_status_members_read_as_plain_attributes_are_the_enums_members() -> None:
+    from chongming_nb.core.states import STATUS, Members, RequestedAction
+
+    for name, member in TaskStatus.__members__.items():  # aliases too (FINISHED)
+        assert getattr(STATUS, name) is member
+    assert Members(RequestedAction).STOP is RequestedAction.STOP
+    with pytest.raises(AttributeError):
+        STATUS.NOT_A_STATUS  # noqa: B018

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from chongming_nb.core import events as ev
-from chongming_nb.core._fast import evolver, fast_init
+from chongming_nb.core._fast import _twin, evolver, fast_init, maker
 from chongming_nb.core.models import (
     AttemptRecord,
     Command,
@@ -190,3 +190,49 @@ def test_submitted_snapshot_equals_the_keyword_construction() -> None:
     assert snap == TaskSnapshot(**dict(zip(SUBMIT_FIELDS, values, strict=True)))
     with pytest.raises(TypeError, match="takes 13 values"):
         submitted_snapshot(*values[:-1])
+
+
+make_fast = maker(Fast)
+
+
+@given(st.integers(), st.text(), st.lists(st.integers()), st.integers())
+def test_a_maker_builds_what_the_class_builds(a: int, b: str, c: list[int], d: int) -> None:
+    made = make_fast(a, b, c, d=d)
+    assert type(made) is Fast
+    assert made == Fast(a, b, c, d=d) and repr(made) == repr(Fast(a, b, c, d=d))
+    assert make_fast(a) == Fast(a)  # the same defaults
+    assert make_fast(a).c is not make_fast(a).c  # a fresh default per instance
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.a = 1  # type: ignore[misc]
+    made_by, built_by = inspect.signature(make_fast), inspect.signature(Fast)
+    assert made_by.parameters == built_by.parameters and made_by.return_annotation is Fast
+
+
+def test_a_maker_raises_like_the_class_for_bad_arguments() -> None:
+    with pytest.raises(TypeError, match="a"):
+        make_fast()
+    with pytest.raises(TypeError, match="zzz"):
+        make_fast(1, zzz=2)
+
+
+def test_a_maker_refuses_a_class_with_a_post_init() -> None:
+    @fast_init
+    @dataclass(frozen=True, slots=True)
+    class Checked:
+        a: int
+
+        def __post_init__(self) -> None:
+            if self.a < 0:
+                raise ValueError("a < 0")
+
+    with pytest.raises(TypeError, match="__post_init__"):
+        maker(Checked)
+
+
+def test_the_twin_is_a_subclass_that_adds_no_slots() -> None:
+    """What keeps a switch cheap: CPython checks a subclass that adds nothing in constant
+    time (a sibling with the same slots is compared slot by slot)."""
+    twin = _twin(TaskSnapshot)
+    assert twin.__bases__ == (TaskSnapshot,) and twin.__slots__ == ()
+    assert twin.__basicsize__ == TaskSnapshot.__basicsize__
+    assert _twin(TaskSnapshot) is twin  # one per class

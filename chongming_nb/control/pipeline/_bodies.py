@@ -16,7 +16,7 @@ from chongming_nb.control.pipeline._node import Node
 from chongming_nb.control.pipeline._serializer import Serializer
 from chongming_nb.control.spec import spec_of
 from chongming_nb.core.errors import ConfigurationError
-from chongming_nb.core.states import TaskStatus
+from chongming_nb.core.states import STATUS
 
 if TYPE_CHECKING:
     from chongming_nb.control.pipeline._state import RunState
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CtxUpstream", "Expand", "Gather", "NodeCall", "Restored", "RunWhen"]
 
-S = TaskStatus
+S = STATUS  # TaskStatus's members, read fast (core/states.py: Members)
 
 _P = inspect.Parameter
 #: Signatures of the task bodies below, given up front: the controller inspects every

@@ -18,11 +18,11 @@ from chongming_nb.control.pipeline._sleep import SleepBody, SleepStep
 from chongming_nb.control.pipeline._state import RunState, TaskInfo
 from chongming_nb.control.spec import wants_context
 from chongming_nb.core.policies import JoinMode, RetryPolicy
-from chongming_nb.core.states import TERMINAL, TaskStatus
+from chongming_nb.core.states import STATUS, TERMINAL
 
 __all__ = ["expand", "materialize"]
 
-S = TaskStatus
+S = STATUS  # TaskStatus's members, read fast (core/states.py: Members)
 
 
 def _rep(run: RunState, name: str) -> str | None:

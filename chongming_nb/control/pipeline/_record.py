@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from chongming_nb.core.models import TaskSnapshot
-from chongming_nb.core.states import TaskStatus
+from chongming_nb.core.states import STATUS
 from chongming_nb.stores.protocol import RunRecord
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ __all__ = [
 
 log = logging.getLogger("chongming_nb.pipeline")
 
-S = TaskStatus
+S = STATUS  # TaskStatus's members, read fast (core/states.py: Members)
 
 #: RunRecord saves while a run is busy happen at most this often (and always at the end).
 RECORD_INTERVAL = 0.5

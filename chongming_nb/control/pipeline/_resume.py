@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from chongming_nb.control.pipeline._record import run_spec
 from chongming_nb.core.errors import ConfigurationError
-from chongming_nb.core.states import TaskStatus
+from chongming_nb.core.states import STATUS
 
 if TYPE_CHECKING:
     from chongming_nb.control.controller import Controller
@@ -28,7 +28,7 @@ __all__ = ["RUNS", "Previous", "artifacts_root", "file_name", "load_previous"]
 
 log = logging.getLogger("chongming_nb.pipeline")
 
-S = TaskStatus
+S = STATUS  # TaskStatus's members, read fast (core/states.py: Members)
 
 
 @dataclass

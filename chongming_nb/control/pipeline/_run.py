@@ -38,7 +38,7 @@ from chongming_nb.core.errors import ConfigurationError, InvalidTransition, Task
 from chongming_nb.core.events import PipelineRunStatusChanged, TaskWarning
 from chongming_nb.core.models import FailureKind
 from chongming_nb.core.policies import AggregationKind
-from chongming_nb.core.states import TERMINAL, UNOCCUPIED, TaskStatus
+from chongming_nb.core.states import STATUS, TERMINAL, UNOCCUPIED, TaskStatus
 from chongming_nb.pictures import GraphPicture, Timeline, from_source, layout, nodes_of
 from chongming_nb.pictures.graph import node_spec
 
@@ -52,7 +52,7 @@ __all__ = ["PipelineRun"]
 
 log = logging.getLogger("chongming_nb.pipeline")
 
-S = TaskStatus
+S = STATUS  # TaskStatus's members, read fast (core/states.py: Members)
 
 
 class PipelineRun:

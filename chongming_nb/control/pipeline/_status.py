@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from chongming_nb.core.states import TaskStatus
+from chongming_nb.core.states import STATUS
 
 __all__ = ["FAILURES", "RUN_TERMINAL", "PipelineRunStatus"]
 
-S = TaskStatus
+S = STATUS  # TaskStatus's members, read fast (core/states.py: Members)
 
 
 class PipelineRunStatus(StrEnum):
