@@ -305,7 +305,7 @@ class Attempts:
         with book.lock:
             if t.exec_attempt != attempt or t.snap.status is not S.PAUSING:
                 return False
-            book.apply(t, book.sm.confirm_paused)
+            book.apply(t, book.sm.confirm_paused(t.snap))
         self.unlocked()
         return True
 
@@ -407,7 +407,7 @@ class Attempts:
         if pid is not None:
             t.snap = t.snap.evolve(pid=pid)
         if t.snap.status is S.STARTING:
-            self.book.apply(t, self.book.sm.mark_running, pid=pid, at=at)
+            self.book.apply(t, self.book.sm.mark_running(t.snap, pid=pid, at=at))
         self.timers.arm_timeouts(t)
 
     def end_execution(self, t: TaskEntry) -> None:
@@ -441,9 +441,11 @@ class Attempts:
             book.end_attempt(t, st, t.snap.failure)
         else:
             if st is S.PAUSING:
-                book.apply(t, book.sm.abort_pause, reason="the attempt ended before pausing")
+                book.apply(
+                    t, book.sm.abort_pause(t.snap, reason="the attempt ended before pausing")
+                )
             if st is S.STARTING:
-                book.apply(t, book.sm.mark_running)
+                book.apply(t, book.sm.mark_running(t.snap))
             self._settle_outcome(t, outcome)
         if t.snap.status in TERMINAL:
             self.release_logs(t)
@@ -470,13 +472,13 @@ class Attempts:
             t.exception = None
             now = book.clock.now()  # one reading for the attempt's end and the status
             book.end_attempt(t, S.SUCCEEDED, None, now=now)
-            book.apply(t, book.sm.mark_succeeded, outcome=describe(outcome.value), now=now)
+            book.apply(t, book.sm.mark_succeeded(t.snap, outcome=describe(outcome.value), now=now))
             return
         if outcome.kind == "cancelled":
             if st is S.STOPPING:
                 fail = t.stop_failure  # None for a stop: a stop is not a failure
                 book.end_attempt(t, S.STOPPED, fail)
-                book.apply(t, book.sm.confirm_stopped, failure=fail, reason=t.stop_reason)
+                book.apply(t, book.sm.confirm_stopped(t.snap, failure=fail, reason=t.stop_reason))
                 return
             kind = t.timeout_kind or FailureKind.CANCELLED
             exc: BaseException = (
@@ -494,7 +496,7 @@ class Attempts:
             # clears its globals): an exception now says nothing true about its code
             why = f"{book.shutting_down}; result unknown"
             book.end_attempt(t, S.LOST, Failure(FailureKind.LOST, why))
-            book.apply(t, book.sm.mark_lost, reason=why)
+            book.apply(t, book.sm.mark_lost(t.snap, reason=why))
             return
         # failed or crashed
         exc2 = outcome.exception
@@ -525,7 +527,7 @@ class Attempts:
             delay = t.spec.retry.delay(max(1, s.attempt), self.rng)
             retry_at = book.clock.now() + timedelta(seconds=delay)
         book.end_attempt(t, S.FAILED, fail)
-        book.apply(t, book.sm.mark_failed, fail, retry_at=retry_at)
+        book.apply(t, book.sm.mark_failed(t.snap, fail, retry_at=retry_at))
         record = t.attempts[-1] if t.attempts else None
         book.event(
             t, book.new_event(AttemptFailed, t, attempt=s.attempt, failure=fail, record=record)

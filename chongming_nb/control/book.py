@@ -12,7 +12,7 @@ the controller to them):
   keys. ``wake`` (the dispatcher sleeps on it) and ``terminal`` (``wait()`` sleeps on
   it) are conditions of that same lock.
 * Only ``TaskBook.apply`` changes a status, and only under the lock; the StateMachine
-  decides whether the change is legal.
+  decides whether the change is legal, from the snapshot the task holds then.
 * Which thread calls what:
   - caller threads (cells, widget comm handlers on a kernel subshell, the store
     command poller): the public Controller methods;
@@ -281,16 +281,14 @@ class TaskBook:
             departed.add(tid, t.snap.status)
 
     # Every accepted transition goes through here (under the lock).
-    def apply(
-        self,
-        t: TaskEntry,
-        method: Callable[..., tuple[TaskSnapshot, Transition]],
-        *a: Any,
-        **kw: Any,
-    ) -> None:
+    def apply(self, t: TaskEntry, change: tuple[TaskSnapshot, Transition]) -> None:
+        """Record ``change``: a StateMachine method's answer for the task's snapshot,
+        asked under this lock (``book.apply(t, book.sm.mark_running(t.snap))``)."""
         prev = t.snap
         prev_version = prev.status_version
-        new, tr = method(prev, *a, **kw)
+        new, tr = change
+        # the change was decided on the snapshot the task holds (not an older one)
+        assert tr.version == prev_version + 1 and tr.task_id == prev.task_id, (tr, prev)
         if t.live is not None and t.exec_attempt:
             # the live progress runs ahead of the snapshot: a status change is kept (and
             # saved) with the count reached, so the store's copy of a paused or stopped

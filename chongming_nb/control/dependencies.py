@@ -68,9 +68,11 @@ class Dependencies:
                     names = ", ".join(f"{self._name(d)} ({status_of(d)})" for d in bad)
                     book.apply(
                         t,
-                        book.sm.cancel,
-                        reason=f"upstream did not succeed: {names}",
-                        kind=FailureKind.DEPENDENCY_FAILED,
+                        book.sm.cancel(
+                            t.snap,
+                            reason=f"upstream did not succeed: {names}",
+                            kind=FailureKind.DEPENDENCY_FAILED,
+                        ),
                     )
                     work.extend(t.dependants or ())
                     continue
@@ -82,9 +84,11 @@ class Dependencies:
                 if not ready and all(s in TERMINAL for s in ups):
                     book.apply(
                         t,
-                        book.sm.cancel,
-                        reason="no upstream succeeded",
-                        kind=FailureKind.DEPENDENCY_FAILED,
+                        book.sm.cancel(
+                            t.snap,
+                            reason="no upstream succeeded",
+                            kind=FailureKind.DEPENDENCY_FAILED,
+                        ),
                     )
                     work.extend(t.dependants or ())
                     continue
@@ -120,21 +124,25 @@ class Dependencies:
                 except Exception as exc:
                     book.apply(
                         t,
-                        book.sm.cancel,
-                        reason=f"when= raised {type(exc).__name__}: {exc}",
-                        kind=FailureKind.EXCEPTION,
+                        book.sm.cancel(
+                            t.snap,
+                            reason=f"when= raised {type(exc).__name__}: {exc}",
+                            kind=FailureKind.EXCEPTION,
+                        ),
                     )
                     return
                 if not go:
                     book.apply(
                         t,
-                        book.sm.skip,
-                        reason="when= condition is false",
-                        actor="orchestrator",
-                        kind=FailureKind.CONDITION_FALSE,
+                        book.sm.skip(
+                            t.snap,
+                            reason="when= condition is false",
+                            actor="orchestrator",
+                            kind=FailureKind.CONDITION_FALSE,
+                        ),
                     )
                     return
-        book.apply(t, book.sm.mark_queued, now=now)
+        book.apply(t, book.sm.mark_queued(t.snap, now=now))
         self.admission.enqueue(t)
 
     def _upstream_map(self, t: TaskEntry) -> dict[str, Any]:

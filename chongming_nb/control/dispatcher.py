@@ -117,11 +117,11 @@ class Dispatcher:
         s = t.snap
         if kind is TimerKind.RETRY:
             if s.status is S.RETRY_WAIT and s.status_version == marker:
-                book.apply(t, sm.mark_queued, trigger="retry:backoff_elapsed")
+                book.apply(t, sm.mark_queued(t.snap, trigger="retry:backoff_elapsed"))
                 self.admission.enqueue(t)
         elif kind is TimerKind.PAUSE:
             if s.status is S.PAUSING and s.status_version == marker:
-                book.apply(t, sm.abort_pause, reason="no checkpoint reached in time")
+                book.apply(t, sm.abort_pause(t.snap, reason="no checkpoint reached in time"))
                 if t.handle is not None:
                     t.handle.resume()
                 book.warn(
@@ -180,7 +180,10 @@ class Dispatcher:
             if t.snap.status is S.STOPPING:
                 book.end_attempt(t, S.STOPPED, t.stop_failure)
                 book.apply(
-                    t, sm.confirm_stopped, failure=t.stop_failure, reason="stopped before launch"
+                    t,
+                    sm.confirm_stopped(
+                        t.snap, failure=t.stop_failure, reason="stopped before launch"
+                    ),
                 )
             else:  # a start timeout
                 kind = t.timeout_kind or FailureKind.CANCELLED
@@ -207,26 +210,28 @@ class Dispatcher:
             fail = Failure(FailureKind.LOST, why)
             book.end_attempt(t, S.LOST, fail, abandoned=True)
             if s.status is S.PAUSING:
-                book.apply(t, sm.abort_pause, reason="stop window expired")
+                book.apply(t, sm.abort_pause(t.snap, reason="stop window expired"))
             if t.snap.status in OCCUPIED:
-                book.apply(t, sm.mark_lost, reason=why)
+                book.apply(t, sm.mark_lost(t.snap, reason=why))
         else:  # killed: a known outcome
             if s.status is S.STOPPING:
                 fail = t.stop_failure
                 book.end_attempt(t, S.STOPPED, fail)
                 book.apply(
                     t,
-                    sm.confirm_stopped,
-                    failure=fail,
-                    reason=t.stop_reason,
-                    detail="terminated after the stop window",
+                    sm.confirm_stopped(
+                        t.snap,
+                        failure=fail,
+                        reason=t.stop_reason,
+                        detail="terminated after the stop window",
+                    ),
                 )
             else:
                 kind = t.timeout_kind or FailureKind.CANCELLED
                 if s.status is S.PAUSING:
-                    book.apply(t, sm.abort_pause, reason="terminated")
+                    book.apply(t, sm.abort_pause(t.snap, reason="terminated"))
                 if t.snap.status is S.STARTING:
-                    book.apply(t, sm.mark_running)
+                    book.apply(t, sm.mark_running(t.snap))
                 exc = timeout_error(t.spec.timeout, kind)
                 fail = Failure(
                     kind, f"{exc}; process terminated", retryable=t.spec.retry.is_retryable(exc)

@@ -203,14 +203,17 @@ class Intake:
             if deps:
                 book.apply(
                     t,
-                    book.sm.mark_blocked,
-                    reason="waiting for " + ", ".join(deps),
-                    until=start_at,
+                    book.sm.mark_blocked(
+                        t.snap, reason="waiting for " + ", ".join(deps), until=start_at
+                    ),
                 )
                 self.deps.settle([task_id])
             elif start_at is not None:
                 book.apply(
-                    t, book.sm.mark_blocked, reason=f"waiting until {start_at}", until=start_at
+                    t,
+                    book.sm.mark_blocked(
+                        t.snap, reason=f"waiting until {start_at}", until=start_at
+                    ),
                 )
                 self.deps.release(t, now)  # arms its start timer
             else:

@@ -193,7 +193,7 @@ class Launcher:
     def _prepare_launch(self, t: TaskEntry) -> Launch:
         book = self.book
         exec_name, ex = self.executor_for(t.executor)
-        book.apply(t, book.sm.mark_starting, executor=exec_name)
+        book.apply(t, book.sm.mark_starting(t.snap, executor=exec_name))
         self.admission.take_slot(t)
         attempt = t.snap.attempt
         t.exec_attempt = attempt
@@ -293,9 +293,9 @@ class Launcher:
                     book.end_attempt(t, S.STOPPED, t.stop_failure)
                     book.apply(
                         t,
-                        book.sm.confirm_stopped,
-                        failure=t.stop_failure,
-                        reason="stopped before launch",
+                        book.sm.confirm_stopped(
+                            t.snap, failure=t.stop_failure, reason="stopped before launch"
+                        ),
                     )
                     self.deps.after_status(t)
                     wrote = True
@@ -339,9 +339,11 @@ class Launcher:
                     )
                     book.end_attempt(t, S.FAILED, fail)
                     if t.snap.status is S.STARTING:
-                        book.apply(t, book.sm.mark_failed, fail)
+                        book.apply(t, book.sm.mark_failed(t.snap, fail))
                     elif t.snap.status is S.STOPPING:
-                        book.apply(t, book.sm.confirm_stopped, reason="stopped before launch")
+                        book.apply(
+                            t, book.sm.confirm_stopped(t.snap, reason="stopped before launch")
+                        )
                     self.deps.after_status(t)
             book.flush_outbox()
             if isinstance(exc, ConfigurationError):
@@ -413,7 +415,9 @@ class Launcher:
         if h.supports_pause:
             h.request_pause()
             return
-        book.apply(t, book.sm.abort_pause, reason=f"the {t.snap.executor} executor cannot pause")
+        book.apply(
+            t, book.sm.abort_pause(t.snap, reason=f"the {t.snap.executor} executor cannot pause")
+        )
         book.warn(
             t, f"pause rolled back: the {t.snap.executor} executor cannot pause a running task"
         )

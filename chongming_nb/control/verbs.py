@@ -78,7 +78,7 @@ class Verbs:
             if t.snap.retry_at is not None:  # a delayed start: now instead
                 t.snap = t.snap.evolve(retry_at=None)
             if t.deps and t.snap.status is S.PENDING:
-                self.book.apply(t, self.book.sm.mark_blocked)
+                self.book.apply(t, self.book.sm.mark_blocked(t.snap))
                 self.deps.settle([t.snap.task_id])
             elif t.deps:
                 self.deps.settle([t.snap.task_id])
@@ -99,7 +99,7 @@ class Verbs:
             if t.snap.status in (S.PAUSING, S.PAUSED):
                 return
             self._raise(t, "pause")
-            book.apply(t, book.sm.request_pause, actor=actor)
+            book.apply(t, book.sm.request_pause(t.snap, actor=actor))
             if t.snap.status is S.PAUSING:
                 self.timers.push(
                     book.clock.monotonic() + grace,
@@ -124,12 +124,14 @@ class Verbs:
             if st in (S.RUNNING, S.QUEUED, S.STARTING):
                 return
             if st is S.PAUSING:
-                book.apply(t, book.sm.abort_pause, reason="resumed before the pause took effect")
+                book.apply(
+                    t, book.sm.abort_pause(t.snap, reason="resumed before the pause took effect")
+                )
                 if t.handle is not None:
                     t.handle.resume()
                 return
             self._raise(t, "resume")
-            book.apply(t, book.sm.resume, actor=actor)
+            book.apply(t, book.sm.resume(t.snap, actor=actor))
             if t.snap.status is S.QUEUED:
                 self.admission.enqueue(t)
             elif t.handle is not None:
@@ -161,14 +163,16 @@ class Verbs:
                 self._raise(t, "cancel")
                 book.apply(
                     t,
-                    book.sm.cancel,
-                    reason=reason or "cancelled",
-                    actor=actor,
-                    kind=kind or FailureKind.CANCELLED,
+                    book.sm.cancel(
+                        t.snap,
+                        reason=reason or "cancelled",
+                        actor=actor,
+                        kind=kind or FailureKind.CANCELLED,
+                    ),
                 )
             else:
                 self._raise(t, "stop")
-                book.apply(t, book.sm.request_stop, actor=actor, reason=reason)
+                book.apply(t, book.sm.request_stop(t.snap, actor=actor, reason=reason))
             t.stop_reason = reason or ("cancelled" if cancel else f"stopped by {actor}")
             t.stop_failure = (
                 Failure(kind or FailureKind.CANCELLED, t.stop_reason) if cancel else None
@@ -197,7 +201,7 @@ class Verbs:
             if t.snap.status in (S.QUEUED, S.STARTING, S.RUNNING):
                 return
             self._raise(t, "retry", force)
-            book.apply(t, book.sm.retry, force=force, actor=actor)
+            book.apply(t, book.sm.retry(t.snap, force=force, actor=actor))
             t.result = None
             t.exception = None
             t.abandoned = None
@@ -217,7 +221,7 @@ class Verbs:
             if t.snap.status is S.SKIPPED:
                 return
             self._raise(t, "skip")
-            book.apply(t, book.sm.skip, reason=reason, actor=actor)
+            book.apply(t, book.sm.skip(t.snap, reason=reason, actor=actor))
             self.deps.after_status(t)
 
         return self._verb(task_id, go)
@@ -242,7 +246,7 @@ class Verbs:
                     detail="its execution is still alive; stop it first",
                     task_id=t.snap.task_id,
                 )
-            book.apply(t, book.sm.reset, actor=actor)
+            book.apply(t, book.sm.reset(t.snap, actor=actor))
             book.clear_attempts(t)
             t.result = None
             t.exception = None
@@ -265,7 +269,7 @@ class Verbs:
 
         def go(t: TaskEntry) -> None:
             before = t.snap.status
-            book.apply(t, book.sm.force_transition, target, actor=actor, reason=reason)
+            book.apply(t, book.sm.force_transition(t.snap, target, actor=actor, reason=reason))
             override = book.new_event(
                 AdminOverride,
                 t,

@@ -271,5 +271,5 @@ def test_a_status_change_without_the_lock_is_caught(checked: Controller, rules: 
     checked.wait(h.id, timeout=DEADLINE)
     book = checked._book
     t = book.task(h.id)
-    book.apply(t, book.sm.reset)  # deliberately without the lock
+    book.apply(t, book.sm.reset(t.snap))  # deliberately without the lock
     assert any(v.startswith("apply") for v in rules.broken)
