@@ -215,10 +215,17 @@ class OwnerLeases:
                 s.task_id
                 for s in link.store.query(TaskQuery(owner=owner, status=frozenset(NON_TERMINAL)))
             }
+            # not open there: settled by someone else, or not written yet (the recorder
+            # is behind, e.g. the tasks just submitted). Only the ones the store holds
+            # are converged: one query for all, not a read per task of the rest.
+            missing = frozenset(tid for tid in ids if tid not in open_there)
+            held = (
+                {s.task_id for s in link.store.query(TaskQuery(ids=missing))} if missing else set()
+            )
         except Exception:
             log.exception("reading this owner's tasks back failed")
             return
-        link.converge({tid for tid in ids if tid not in open_there}, refused=False)
+        link.converge(held, refused=False)
 
 
 @dataclass(eq=False)
