@@ -30,7 +30,7 @@ from chongming_nb.control.ownership import OwnerId
 from chongming_nb.control.persistence import verify
 from chongming_nb.core.errors import ConfigurationError, TaskNotFound
 from chongming_nb.core.policies import HistoryLimits, RetentionPolicy
-from chongming_nb.core.states import NON_TERMINAL, TaskStatus
+from chongming_nb.core.states import NON_TERMINAL, TERMINAL, TaskStatus
 from chongming_nb.core.validation import check_seconds
 from chongming_nb.stores.protocol import OwnerRecord, TaskQuery
 
@@ -211,21 +211,24 @@ class OwnerLeases:
         if not ids:
             return
         try:
-            open_there = {
-                s.task_id
-                for s in link.store.query(TaskQuery(owner=owner, status=frozenset(NON_TERMINAL)))
-            }
-            # not open there: settled by someone else, or not written yet (the recorder
-            # is behind, e.g. the tasks just submitted). Only the ones the store holds
-            # are converged: one query for all, not a read per task of the rest.
-            missing = frozenset(tid for tid in ids if tid not in open_there)
-            held = (
-                {s.task_id for s in link.store.query(TaskQuery(ids=missing))} if missing else set()
-            )
+            there = link.store.query(TaskQuery(ids=frozenset(ids)))
         except Exception:
             log.exception("reading this owner's tasks back failed")
             return
-        link.converge(held, refused=False)
+        # Converged: the ones the store holds settled, or under another owner, while
+        # memory still has them open. Not the ones it does not hold yet (the recorder
+        # is behind, e.g. just after a burst of submits), nor the ones that finished
+        # here too since the ids were taken (a conflicting write of theirs is refused
+        # and converged on the write path): a read back of each of those found nothing.
+        with book.lock:
+            settled = {
+                s.task_id
+                for s in there
+                if (s.status in TERMINAL or s.lease_owner != owner)
+                and (t := book.tasks.get(s.task_id)) is not None
+                and t.snap.status in NON_TERMINAL
+            }
+        link.converge(settled, refused=False)
 
 
 @dataclass(eq=False)

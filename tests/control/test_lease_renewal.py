@@ -6,7 +6,8 @@ were settled elsewhere, or are not written yet. The ones not written yet (the re
 behind, e.g. just after a burst of submits) used to be read back one by one
 (``store.get`` each, behind the recorder's writes): in a 3,000-task throughput run on
 SQLite, ~200 reads of ~6 ms at the start of the run. Now one query names the ones the
-store holds, and only those are converged.
+store holds settled (or under another owner) while memory still has them open, and
+only those are converged.
 """
 
 from __future__ import annotations
