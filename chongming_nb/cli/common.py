@@ -252,12 +252,11 @@ class CliBase:
         uses (``chongming_nb.control.ownership``): a pid on this host that is not
         running, or a lease on another host that ran out. The store's owners are read
         once per command, and only when a task has an owner to judge."""
-        judged = [s for s in snaps if s.lease_owner is not None and (finished or not s.is_terminal)]
-        if not judged:
-            return {}
+        if not any(s.lease_owner is not None and (finished or not s.is_terminal) for s in snaps):
+            return {}  # nothing to judge: the owners are not read
         if self._owners is None:
             self._owners = {o.owner_id: o for o in self.store.owners()}
-        return gone_tasks(judged, now=datetime.now(UTC), owners=self._owners)
+        return gone_tasks(snaps, now=datetime.now(UTC), owners=self._owners, finished=finished)
 
     def task(self, task_id: str) -> TaskSnapshot:
         snap = self.store.get(task_id)
