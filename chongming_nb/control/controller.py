@@ -130,7 +130,8 @@ class Controller(TaskLister):
         self._launcher = launcher = Launcher(
             book, admission, deps, attempts, timers, executor, root, leases
         )
-        self._intake = Intake(book, admission, deps, launcher, owner)
+        lease = timedelta(seconds=self.lease_seconds) if leases is not None and owner else None
+        self._intake = Intake(book, admission, deps, launcher, owner, lease)
         self.registry: TaskRegistry = self._intake.registry
         self._queries = queries = Queries(book, attempts)
         self._verbs = Verbs(book, admission, deps, attempts, launcher, timers, queries)

@@ -46,6 +46,8 @@ class Intake:
     deps: Dependencies
     launcher: Launcher
     owner: str | None
+    #: how long the lease a new task starts with lasts (None: no store, no lease)
+    lease: timedelta | None
     registry: TaskRegistry = dataclasses.field(init=False, default_factory=TaskRegistry)
     #: idempotency key -> task id
     by_key: dict[str, str] = dataclasses.field(init=False, default_factory=dict)
@@ -174,6 +176,7 @@ class Intake:
                 bucket,
                 bucket_key,
                 self.owner,
+                None if self.lease is None else now + self.lease,
             )
             start_at = _start_at(spec, timing, now)
             t = TaskEntry(snap, fn, tuple(args), dict(kwargs), inject, spec, spec.executor, dep_ids)

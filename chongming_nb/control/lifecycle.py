@@ -156,12 +156,16 @@ class OwnerLeases:
     def in_doubt(self, mono: float) -> bool:
         """Might this owner's tasks have been settled by a reconciler elsewhere by
         ``mono``? True once more than a lease has passed since the last heartbeat
-        the store took or since the last lease renewal (a frozen process, a store
-        that could not be reached): then a launch waits for the store to take its
+        the store took, or since the last lease renewal less what a renewal leaves
+        a lease at the least (a frozen process, a store that could not be reached):
+        then a launch waits for the store to take its
         STARTING before the work begins (``Launcher._launch``). Also once the store
         has refused the recorder's writes for more than a lease: the renewals are
         among the writes held, whatever the heartbeats say."""
-        if mono >= min(self._beat_ok, self._renewed) + self.lease_seconds:
+        # a renewal leaves alone the leases that run at least lease - renew_every past
+        # it: those are the shortest the store may hold since
+        renewed_until = self._renewed + self.lease_seconds - self.renew_every
+        if mono >= min(self._beat_ok + self.lease_seconds, renewed_until):
             return True
         since = self.link.health.failing_since
         return since is not None and self.link.book.clock.now() >= since + timedelta(
@@ -200,13 +204,24 @@ class OwnerLeases:
         link = self.link
         book = link.book
         until = book.clock.now() + timedelta(seconds=self.lease_seconds)
+        # A lease of this owner that still runs past this is left as it is: it
+        # outlasts the next renewal with room to spare (in_doubt counts from here). A
+        # task is created with a whole lease (Intake), so a burst of submits is not
+        # written twice, once to create each task and again to lease it.
+        fresh = until - timedelta(seconds=self.renew_every)
         self._renewed = book.clock.monotonic()
+        ids: list[str] = []
         with book.lock:
-            ids = [tid for tid, t in book.tasks.items() if t.snap.status in NON_TERMINAL]
-            for tid in ids:
-                t = book.tasks[tid]
-                t.snap = t.snap.evolve(lease_owner=owner, lease_until=until)
-                book.outbox.append(TouchLease(tid, owner, until))
+            for tid, t in book.tasks.items():
+                s = t.snap
+                if s.status not in NON_TERMINAL:
+                    continue
+                ids.append(tid)
+                mine = s.lease_owner == owner
+                if mine and s.lease_until is not None and s.lease_until > fresh:
+                    continue
+                t.snap = s.evolve(lease_owner=owner, lease_until=until)
+                book.outbox.append(TouchLease(tid, None if mine else owner, until))
         book.flush_outbox()
         if not ids:
             return

@@ -72,8 +72,11 @@ class TouchHeartbeat:
 
 @dataclass(slots=True)
 class TouchLease:
+    """A lease renewal: the task's lease ends at ``until``; ``owner`` None when the
+    row already names this owner (the indexed column is not rewritten)."""
+
     task_id: str
-    owner: str
+    owner: str | None
     until: datetime
 
 

@@ -250,6 +250,7 @@ SUBMIT_FIELDS = (
     "bucket",
     "bucket_key",
     "lease_owner",
+    "lease_until",
 )
 _evolve_submitted = evolver(TaskSnapshot, leading=SUBMIT_FIELDS)
 

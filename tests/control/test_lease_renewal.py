@@ -12,11 +12,13 @@ only those are converged.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from chongming_nb import Controller, SqliteStore, TaskStatus
+from chongming_nb.testing import FakeClock
 from chongming_nb.testing.stores import ForwardingStore
 
 
@@ -40,6 +42,82 @@ def test_a_renewal_does_not_read_back_each_task_the_recorder_has_not_written(
         store.heal()
         assert ctl.flush(30)
         assert {store.inner.get(h.id).status for h in handles} == {TaskStatus.BLOCKED}
+    finally:
+        ctl.close()
+        store.close()
+
+
+def test_a_task_is_leased_when_it_is_created_and_renewed_only_when_its_lease_runs_short(
+    tmp_path: Path,
+) -> None:
+    """A burst of submits is written once: each task's row carries a whole lease from
+    its creation, so a renewal right after writes nothing (it used to lease every task
+    it found open again, thousands of row updates at the start of a throughput run).
+    A lease is renewed once less than a lease minus a renewal period is left of it,
+    and the renewal writes the new end only, never the owner column."""
+    clock = FakeClock()
+    store = ForwardingStore(SqliteStore(tmp_path / "t.db"), batch=False)
+    ctl = Controller(store=store, clock=clock, lease_seconds=60)
+    try:
+        ctl._dispatcher.store_tick = None  # this test drives the leases itself
+        leases = ctl._leases
+        assert leases is not None
+        created = clock.now()
+        handles = [ctl.submit(print, i, delay=3600) for i in range(20)]  # stay open
+        assert ctl.flush(30)
+        for h in handles:
+            row = store.inner.get(h.id)
+            assert row is not None
+            assert row.lease_owner == ctl.owner
+            assert row.lease_until == created + timedelta(seconds=60)
+        touches = store.calls["touch_many"]
+        leases.renew_leases()
+        assert ctl.flush(30)
+        assert store.calls["touch_many"] == touches  # nothing to renew yet
+
+        clock.advance(leases.renew_every - 1)  # still more than 50 s of each lease left
+        leases.renew_leases()
+        assert ctl.flush(30)
+        assert store.calls["touch_many"] == touches
+
+        clock.advance(2)  # now less: every lease is renewed, in one write
+        renewed = clock.now() + timedelta(seconds=60)
+        leases.renew_leases()
+        assert ctl.flush(30)
+        assert store.calls["touch_many"] == touches + 1
+        for h in handles:
+            row = store.inner.get(h.id)
+            assert row is not None
+            assert row.lease_until == renewed == ctl.get(h.id).lease_until
+            assert row.lease_owner == ctl.owner
+    finally:
+        ctl.close()
+        store.close()
+
+
+def test_a_renewal_never_takes_a_task_back_from_the_owner_the_store_names(
+    tmp_path: Path,
+) -> None:
+    """The store files a task under another owner (a controller elsewhere adopted it
+    while this one was frozen): this owner's renewal renews the end of the lease only,
+    it does not write itself back as the owner (it used to, racing its own look back,
+    which then found the task under this owner again)."""
+    clock = FakeClock()
+    store = SqliteStore(tmp_path / "t.db")
+    ctl = Controller(store=store, clock=clock, lease_seconds=60)
+    try:
+        ctl._dispatcher.store_tick = None
+        leases = ctl._leases
+        assert leases is not None
+        h = ctl.submit(print, 1, delay=3600)
+        assert ctl.flush(30)
+        clock.advance(leases.renew_every + 1)  # its lease is due for renewal
+        store.touch(h.id, lease_owner="elsewhere:1:-:1-1", lease_until=clock.now())
+        leases.renew_leases()
+        assert ctl.flush(30)
+        row = store.get(h.id)
+        assert row is not None and row.lease_owner == "elsewhere:1:-:1-1"
+        assert row.lease_until == clock.now() + timedelta(seconds=60)
     finally:
         ctl.close()
         store.close()

@@ -183,12 +183,12 @@ def test_submitted_snapshot_equals_the_keyword_construction() -> None:
 
     values = (
         "t1", "load", "run-1", ("etl",), 3, datetime(2026, 1, 1, tzinfo=UTC), "thread",
-        5, ("t0",), "key-1", 2, "bucket-a", "host:1:k",
+        5, ("t0",), "key-1", 2, "bucket-a", "host:1:k", datetime(2026, 1, 1, 0, 1, tzinfo=UTC),
     )  # fmt: skip
     snap = submitted_snapshot(*values)
     assert type(snap) is TaskSnapshot
     assert snap == TaskSnapshot(**dict(zip(SUBMIT_FIELDS, values, strict=True)))
-    with pytest.raises(TypeError, match="takes 13 values"):
+    with pytest.raises(TypeError, match="takes 14 values"):
         submitted_snapshot(*values[:-1])
 
 
