@@ -88,9 +88,11 @@ ON_STOP = ("raise", "break")
 _BATCH_LOW = 0.002
 _BATCH_HIGH = 0.008
 _MAX_BATCH = 1 << 16
-_NONES = (None,) * _MAX_BATCH
 _second = itemgetter(1)
-#: ``next(_EMPTY, x)`` is ``x``: the guard of a batch over a built-in iterator
+#: What the guard holds, whatever the loop: ``next(_EMPTY, x)`` is ``x`` (a batch over
+#: a built-in iterator maps ``next`` over the guard and the iterator), and a zip over
+#: the guard ignores its items. One filler for both: loops nested in one thread share
+#: the guard, and an outer loop's batch goes on over what an inner loop put in it.
 _EMPTY: Iterator[Any] = iter(())
 _STOPS = (_EMPTY,) * _MAX_BATCH
 #: iterators whose ``length_hint`` is exact: what they have left, always
@@ -161,10 +163,10 @@ _deferred: list[tqdm[Any]] = []
 _free_outputs: list[Any] = []
 
 
-def _thread_guard() -> list[None]:
+def _thread_guard() -> list[Iterator[Any]]:
     """This thread's guard list: the iteration of the innermost tracked loop stops at
     the next item once it is emptied (by a request for any loop of the thread)."""
-    g: list[None] | None = getattr(_local, "guard", None)
+    g: list[Iterator[Any]] | None = getattr(_local, "guard", None)
     if g is None:
         g = _local.guard = []
     return g
@@ -431,7 +433,7 @@ class tqdm(Generic[T]):
         self._cell = False
         self._deferred = False
         self._gone = False
-        self._guard: list[None] = _thread_guard()
+        self._guard: list[Iterator[Any]] = _thread_guard()
         self._start = monotonic()
         self._last_print = -math.inf
         shell = _front_end_shell() if controller is None else None
@@ -504,7 +506,7 @@ class tqdm(Generic[T]):
         counter = count(0)
         try:
             while not hinted or left:
-                guard[:] = (_STOPS if hinted else _NONES)[:batch]
+                guard[:] = _STOPS[:batch]
                 if self._flagged() and self._boundary():
                     return
                 t0 = perf_counter()

@@ -278,6 +278,35 @@ def test_leaving_the_loop_early_succeeds_with_tqdms_count(ctl: cn.Controller) ->
     assert snap.progress is not None and snap.progress.done == 4
 
 
+def _numbers(n: int) -> Iterator[int]:
+    yield from range(n)
+
+
+@pytest.mark.parametrize(
+    ("outer", "inner"),
+    [
+        pytest.param(lambda: list(range(40)), lambda: _numbers(3), id="list-around-generator"),
+        pytest.param(lambda: _numbers(40), lambda: list(range(3)), id="generator-around-list"),
+        pytest.param(lambda: range(40), lambda: range(3), id="range-around-range"),
+        pytest.param(lambda: _numbers(40), lambda: _numbers(3), id="generators"),
+    ],
+)
+def test_nested_loops_of_any_iterables_count_every_item(
+    ctl: cn.Controller, outer: Callable[[], Any], inner: Callable[[], Any]
+) -> None:
+    """Loops nested in a cell share the thread's guard: an inner loop over a generator
+    inside one over a list used to raise TypeError ('NoneType' object is not an
+    iterator) in the outer loop's next batch."""
+    seen = []
+    bar = cn.track(outer(), desc="outer", controller=ctl)
+    for i in bar:
+        for j in cn.track(inner(), desc=f"inner-{i}", controller=ctl, leave=False):
+            seen.append((i, j))
+    assert seen == [(i, j) for i in range(40) for j in range(3)]
+    assert bar.n == 40
+    assert bar.task_id is not None and ctl.get(bar.task_id).status is S.SUCCEEDED
+
+
 def test_nested_loops_stopping_the_outer_stops_the_inner(ctl: cn.Controller) -> None:
     outer = cn.track(range(5), desc="outer", controller=ctl)
     assert outer.task_id is not None
