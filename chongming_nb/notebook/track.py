@@ -14,10 +14,11 @@ loop yields.
 Invariants:
 
 * Between two boundary checks the items flow through C iterators only (a batch sized
-  to take a few milliseconds, like ``ctx.track``'s). The batch's guard list, emptied by
-  any request (``LoopHandle.wake``, the interrupt handler), ends it before its next
-  item, so a stop or pause lands at the exact item boundary; counts reported at a
-  boundary are exact.
+  to take a few milliseconds, like ``ctx.track``'s). Each loop's batch runs over its
+  guard list; a request for a loop (``LoopHandle.wake``, the interrupt handler) empties
+  the guards of that loop and of the loops nested in it (``_cut``), which ends the
+  running batch before its next item, so a stop or pause lands at the exact item
+  boundary; counts reported at a boundary are exact.
 * A loop is ended exactly once (``_end``): by exhaustion, a stop, ``close()``, leaving
   the ``for`` early (the generator is closed), ``__exit__`` with an exception, or — for
   an exception raised in the loop's body in a notebook — the end of the cell.
@@ -36,7 +37,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterable, Iterator, Mapping
-from itertools import chain, count
+from itertools import chain, count, repeat
 from operator import itemgetter, length_hint
 from time import monotonic, perf_counter
 from types import FrameType
@@ -89,12 +90,6 @@ _BATCH_LOW = 0.002
 _BATCH_HIGH = 0.008
 _MAX_BATCH = 1 << 16
 _second = itemgetter(1)
-#: What the guard holds, whatever the loop: ``next(_EMPTY, x)`` is ``x`` (a batch over
-#: a built-in iterator maps ``next`` over the guard and the iterator), and a zip over
-#: the guard ignores its items. One filler for both: loops nested in one thread share
-#: the guard, and an outer loop's batch goes on over what an inner loop put in it.
-_EMPTY: Iterator[Any] = iter(())
-_STOPS = (_EMPTY,) * _MAX_BATCH
 #: iterators whose ``length_hint`` is exact: what they have left, always
 _HINTED = frozenset(
     type(iter(x))
@@ -163,15 +158,6 @@ _deferred: list[tqdm[Any]] = []
 _free_outputs: list[Any] = []
 
 
-def _thread_guard() -> list[Iterator[Any]]:
-    """This thread's guard list: the iteration of the innermost tracked loop stops at
-    the next item once it is emptied (by a request for any loop of the thread)."""
-    g: list[Iterator[Any]] | None = getattr(_local, "guard", None)
-    if g is None:
-        g = _local.guard = []
-    return g
-
-
 def _stack() -> list[tqdm[Any]]:
     s: list[tqdm[Any]] | None = getattr(_local, "stack", None)
     if s is None:
@@ -209,7 +195,7 @@ def _on_sigint(signum: int, frame: FrameType | None) -> None:
     outer._interrupted = True
     if outer._token is not None:
         outer._token.flag = True
-    outer._guard.clear()
+    outer._cut()
     _stops.put(outer)
 
 
@@ -433,7 +419,10 @@ class tqdm(Generic[T]):
         self._cell = False
         self._deferred = False
         self._gone = False
-        self._guard: list[Iterator[Any]] = _thread_guard()
+        #: what this loop's running batch iterates over (``_batches``); emptied: it ends
+        self._guard: list[Any] = []
+        #: the tracked loops of the thread that made this one, outer first (``_cut``)
+        self._loops = _stack()
         self._start = monotonic()
         self._last_print = -math.inf
         shell = _front_end_shell() if controller is None else None
@@ -459,7 +448,7 @@ class tqdm(Generic[T]):
             from chongming_nb.control.loops import LoopRecord
 
             self._rec = LoopRecord(ctl, self._name, total, unit, tags=tags)
-            self._rec.handle.wake = self._guard.clear
+            self._rec.handle.wake = self._cut
             self._rec.progress(self.n, None, self._message())
             self._token = self._rec.token
         else:
@@ -494,8 +483,9 @@ class tqdm(Generic[T]):
         before its next item (the guard is asked before the loop's iterator).
 
         Counting: a built-in iterator says exactly how many items it has left
-        (``length_hint``), so a batch is ``map(next, guard, it)`` (``next(E, x)`` is ``x``
-        for the exhausted ``E``); any other iterator is counted by a ``count`` zipped in.
+        (``length_hint``), so its guard holds the iterator itself, ``batch`` times, and
+        a batch is ``map(next, guard)``; any other iterator is counted by a ``count``
+        zipped in after the guard.
         """
         n = self.n
         batch = 1
@@ -506,20 +496,20 @@ class tqdm(Generic[T]):
         counter = count(0)
         try:
             while not hinted or left:
-                guard[:] = _STOPS[:batch]
+                guard[:] = repeat(it if hinted else None, batch)
                 if self._flagged() and self._boundary():
                     return
                 t0 = perf_counter()
                 if hinted:
                     self._live = (n, it, left)
-                    yield map(next, iter(guard), it)
+                    yield map(next, guard)
                     now_left = length_hint(it)
                     produced = left - now_left
                     left = now_left
                 else:
                     counter = count(0)
                     self._live = (n, counter, None)
-                    yield map(_second, zip(iter(guard), it, counter, strict=False))
+                    yield map(_second, zip(guard, it, counter, strict=False))
                     produced = next(counter)
                 dt = perf_counter() - t0
                 if produced:
@@ -547,6 +537,8 @@ class tqdm(Generic[T]):
             raise
         else:
             self._end(None)
+        finally:
+            guard.clear()  # (it holds the loop's iterator)
 
     def _activate(self) -> None:
         stack = _stack()
@@ -554,6 +546,17 @@ class tqdm(Generic[T]):
             stack.append(self)
         if not self._sigint:
             self._sigint = _install_sigint()
+
+    def _cut(self) -> None:
+        """End the running batch of this loop and of every loop nested in it, before
+        its next item (any thread, and the interrupt handler: no lock). A loop that is
+        not on its thread's stack cuts every loop there: a batch ended early only costs
+        a boundary look."""
+        self._guard.clear()
+        for lp in reversed(self._loops):
+            if lp is self:
+                break
+            lp._guard.clear()
 
     def _flagged(self) -> bool:
         """A stop, a pause, a probe or an interrupt is pending for this loop or one it is
@@ -634,7 +637,7 @@ class tqdm(Generic[T]):
             self._rec.ctl.stop(self._rec.task_id, actor=by, reason=reason)
         elif self._token is not None:
             self._token.request_stop(f"stopped by {by}")
-            self._guard.clear()
+            self._cut()
 
     # ---------------------------------------------------------------- the end
 
