@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from chongming_nb.control.controller import Controller
-from chongming_nb.control.ownership import kernel_id, this_process
+from chongming_nb.control.ownership import kernel_id, owner_kind, this_process
 from chongming_nb.stores.protocol import TaskStore
 
 _lock = threading.Lock()
@@ -50,12 +50,18 @@ def get_controller(store: TaskStore | str | Path | None = None, **kwargs: Any) -
 
 
 def _report_missed_starts(ctl: Controller, task_ids: list[str]) -> None:
-    """Say which tasks of a kernel that is gone were waiting for a delayed start: they
-    were cancelled, not run; whoever scheduled them decides whether to resubmit."""
+    """Say which tasks of an owner that is gone (a kernel, or a script's controller)
+    were waiting for a delayed start: they were cancelled, not run; whoever scheduled
+    them decides whether to resubmit."""
     snaps = [s for s in map(ctl.store.get, task_ids) if s is not None]
     lines = [f"  {s.name} ({s.task_id}): {s.failure.message if s.failure else ''}" for s in snaps]
+    kinds = sorted({owner_kind(s.lease_owner) for s in snaps})
+    if len(kinds) == 1:
+        whose = f"a {kinds[0]} that is gone"
+    else:
+        whose = "kernels and controllers that are gone"
     warnings.warn(
-        f"{len(snaps)} scheduled task(s) of a kernel that is gone were not run:\n"
+        f"{len(snaps)} scheduled task(s) of {whose} were not run:\n"
         + "\n".join(lines)
         + "\nResubmit them if they are still needed.",
         UserWarning,

@@ -50,6 +50,7 @@ __all__ = [
     "gone_tasks",
     "judge",
     "kernel_id",
+    "owner_kind",
     "process_alive",
     "process_start",
     "refusal",
@@ -261,12 +262,19 @@ def gone_tasks(
     return out
 
 
+def owner_kind(lease_owner: str | None) -> str:
+    """What owns a task, in the words the user sees: ``"kernel"`` for a notebook
+    kernel's controller (its id names the kernel), else ``"controller"`` (a script's, a
+    job's, or an owner id in no known format)."""
+    oid = OwnerId.parse(lease_owner)
+    return "kernel" if oid is not None and oid.kernel else "controller"
+
+
 def refusal(snap: TaskSnapshot, gone: str) -> str:
     """Why no verb reaches a task whose owner is gone (``gone``: why, as ``owner_gone``
     says it): nothing would claim the command. The sidebar's tooltips, the REST API's
     409 and the ``chongming`` CLI give these words."""
-    oid = OwnerId.parse(snap.lease_owner)
-    who = "kernel" if oid is not None and oid.kernel else "controller"
+    who = owner_kind(snap.lease_owner)
     if snap.is_terminal:
         # a finished task is retried by the controller that holds its code: none now
         return (

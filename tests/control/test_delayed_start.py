@@ -183,7 +183,10 @@ CHILD = textwrap.dedent(
     """
     import sys
     import chongming_nb as cn
-    ctl = cn.Controller(store=sys.argv[1])
+    from chongming_nb.control.ownership import this_process
+    # a kernel's controller names its kernel in its owner id; a script's names none
+    kernel = sys.argv[2] or None
+    ctl = cn.Controller(store=sys.argv[1], owner=str(this_process(kernel)))
     h = ctl.submit(print, "tomorrow", name="morning-report", delay=3600)
     ctl.flush()
     print(h.id, flush=True)
@@ -191,10 +194,19 @@ CHILD = textwrap.dedent(
 )
 
 
-def test_a_dead_kernels_scheduled_task_is_reported_not_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("kernel_of_owner", "owner_said"),
+    [("", "a controller that is gone"), ("4f1c-kernel", "a kernel that is gone")],
+)
+def test_a_gone_owners_scheduled_task_is_reported_not_run(
+    tmp_path: Path, kernel_of_owner: str, owner_said: str
+) -> None:
     db = tmp_path / "t.db"
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(db)], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", CHILD, str(db), kernel_of_owner],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr
     tid = out.stdout.strip().splitlines()[-1]
@@ -206,6 +218,7 @@ def test_a_dead_kernels_scheduled_task_is_reported_not_run(tmp_path: Path) -> No
         said = [str(w.message) for w in caught if "scheduled task" in str(w.message)]
         assert len(said) == 1, [str(w.message) for w in caught]
         assert "morning-report" in said[0] and "was scheduled for" in said[0]
+        assert f"1 scheduled task(s) of {owner_said} were not run" in said[0]
         assert "Resubmit them" in said[0]
         snap = ctl.store.get(tid)
         assert snap is not None and snap.status is S.CANCELLED  # never run
