@@ -27,7 +27,7 @@ from chongming_nb.cli.common import (
     to_jsonable,
 )
 from chongming_nb.core.errors import StoreError
-from chongming_nb.core.models import TaskSnapshot
+from chongming_nb.core.models import Command, CommandState, TaskSnapshot
 from chongming_nb.core.states import TERMINAL, TaskStatus
 from chongming_nb.stores import TaskQuery
 
@@ -44,6 +44,21 @@ def _with_gone(s: TaskSnapshot, gone: Mapping[str, str]) -> dict[str, Any]:
     item: dict[str, Any] = to_jsonable(s)
     item["owner_gone"] = gone.get(s.task_id)
     return item
+
+
+#: A command in these states has not reached its task yet.
+_NOT_APPLIED = frozenset({CommandState.PENDING, CommandState.CLAIMED})
+
+
+def _waiting(c: Command) -> str:
+    """A command its owner has not applied: the verb, who sent it and when, and where
+    it stands (queued in the store, or claimed by the owner and being applied)."""
+    where = (
+        "queued, not claimed by its owner yet"
+        if c.state is CommandState.PENDING
+        else f"claimed by {c.claimed_by or 'its owner'}, not applied yet"
+    )
+    return f"{c.verb} from {c.actor} at {_when(c.created_at)} UTC: {where}"
 
 
 class Reading(CliBase):
@@ -103,8 +118,13 @@ class Reading(CliBase):
     def cmd_status(self) -> int:
         s = self.task(self.args.task_id)
         gone = self.gone([s])
+        # verbs sent (by this CLI, the sidebar, the REST API) that its owner has not
+        # applied yet: a `--wait` that timed out leaves its command here
+        waiting = [c for c in self.store.commands(s.task_id) if c.state in _NOT_APPLIED]
         if self.args.json:
-            self.emit_json(_with_gone(s, gone))
+            item = _with_gone(s, gone)
+            item["commands_waiting"] = to_jsonable(waiting)
+            self.emit_json(item)
             return EXIT_OK
         why = gone.get(s.task_id)
         lines: list[tuple[str, Any]] = [
@@ -113,6 +133,7 @@ class Reading(CliBase):
             ("status", _status(s, why)),
             ("version", s.status_version),
             ("requested", s.requested_action.value if s.requested_action else "-"),
+            *(("command", _waiting(c)) for c in waiting),
             ("attempt", f"{s.attempt}/{s.max_attempts}"),
             ("progress", _progress(s)),
             ("message", s.progress.message if s.progress and s.progress.message else "-"),

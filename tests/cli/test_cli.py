@@ -314,6 +314,30 @@ def test_no_wait_and_timeout(db: tuple[str, SqliteStore]) -> None:
     assert store.commands("q1")[1].args == {"reason": "not today"}
 
 
+def test_status_shows_the_commands_its_owner_has_not_applied(
+    db: tuple[str, SqliteStore],
+) -> None:
+    url, store = db
+    code, out, _ = run("--store", url, "status", "q1")
+    assert code == EXIT_OK and not any(ln.startswith("command ") for ln in out.splitlines())
+    code, _, err = run("--store", url, "pause", "q1", "--wait", "0.1")
+    assert code == EXIT_TIMEOUT and "stays queued" in err
+    code, out, _ = run("--store", url, "status", "q1")
+    assert code == EXIT_OK
+    line = next(ln for ln in out.splitlines() if ln.startswith("command "))
+    assert "pause from cli:" in line and "queued, not claimed by its owner yet" in line
+    code, out, _ = run("--store", url, "--json", "status", "q1")
+    (waiting,) = json.loads(out)["commands_waiting"]
+    assert waiting["verb"] == "pause" and waiting["state"] == "pending"
+    # claimed by the owner, not applied yet: said so; once applied, gone from the list
+    (cmd,) = store.claim_commands(owner="host:1:kernel", now=T0, lease_seconds=30)
+    code, out, _ = run("--store", url, "status", "q1")
+    assert "claimed by host:1:kernel, not applied yet" in out
+    store.complete_command(cmd.command_id, now=T0, outcome={"status": "paused"})
+    code, out, _ = run("--store", url, "--json", "status", "q1")
+    assert json.loads(out)["commands_waiting"] == []
+
+
 def test_store_errors_exit_4(tmp_path: Path) -> None:
     bad = tmp_path / "bad.db"
     bad.write_bytes(b"this is not sqlite at all" * 10)
