@@ -644,6 +644,18 @@ class SqliteStore(SqlStore):
         detail = f": {exc}" if exc is not None else ""
         return StoreError(f"sqlite store {self._path}: {what}{detail}")
 
+    def _fail_reading(self, what: str, exc: sqlite3.Error) -> StoreError:
+        """``_fail(what + " (corrupt?)")``, unless the driver said the file is locked or
+        busy: then the error says so, and how long it was waited on -- a locked store
+        is not a damaged one."""
+        text = str(exc).lower()
+        if isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
+            return self._fail(
+                f"{what}: the database is locked by another connection or process"
+                f" (waited {self._timeout:g}s); try again when it is done"
+            )
+        return self._fail(f"{what} (corrupt?)", exc)
+
     def _prepare_file(self) -> None:
         path = self._path
         parent = path.parent
@@ -767,7 +779,7 @@ class SqliteStore(SqlStore):
             conn.execute("PRAGMA synchronous = NORMAL")
         except sqlite3.Error as exc:
             conn.close()
-            raise self._fail("cannot open (corrupt?)", exc) from exc
+            raise self._fail_reading("cannot open", exc) from exc
         except StoreError:
             conn.close()
             raise
@@ -789,7 +801,7 @@ class SqliteStore(SqlStore):
                 raise StoreError(f"no store at {self._path} (the database has no tables)")
             version = stored_version(self._conn)
         except sqlite3.Error as exc:
-            raise self._fail("cannot read the schema (corrupt?)", exc) from exc
+            raise self._fail_reading("cannot read the schema", exc) from exc
         check_version(version, SCHEMA_VERSION, self._fail, readonly=True)
         self._schema = version
 
@@ -808,7 +820,7 @@ class SqliteStore(SqlStore):
                     conn.execute("ROLLBACK")
                 raise
         except sqlite3.Error as exc:
-            raise self._fail("cannot read or migrate the schema (corrupt?)", exc) from exc
+            raise self._fail_reading("cannot read or migrate the schema", exc) from exc
         self._schema = version
 
     # ------------------------------------------------------------ plumbing

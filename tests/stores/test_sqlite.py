@@ -254,3 +254,25 @@ def test_forked_child_uses_its_own_connection(tmp_path: Path) -> None:
 def _fork_child(store: SqliteStore) -> None:
     store.create(TaskSnapshot(task_id="child", name="c", created_at=T0))
     assert store.get("parent") is not None
+
+
+def test_locked_file_is_said_locked_not_corrupt(tmp_path: Path) -> None:
+    """Another process holding the file's write lock past ``timeout``: the error says
+    the database is locked and for how long it was waited on, not "(corrupt?)" (a user
+    told their store may be corrupt goes looking for damage that is not there)."""
+    path = tmp_path / "tasks.db"
+    SqliteStore(path).close()
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(StoreError, match=str(path)) as info:
+            SqliteStore(path, timeout=0.05)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    text = str(info.value)
+    assert "corrupt" not in text
+    assert "locked by another connection or process" in text and "0.05s" in text
+    reopened = SqliteStore(path)  # nothing was changed: it opens once the lock is gone
+    assert reopened.integrity_check() == "ok"
+    reopened.close()
