@@ -46,7 +46,7 @@ from chongming_nb.core.events import PipelineRunStatusChanged
 from chongming_nb.core.models import AttemptRecord, FailureKind, TaskSnapshot, Transition
 from chongming_nb.core.state_machine import StateMachine
 from chongming_nb.core.states import NON_TERMINAL, STATUS, TERMINAL
-from chongming_nb.stores.protocol import RunRecord, TaskQuery, TaskStore
+from chongming_nb.stores.protocol import OwnerRecord, RunRecord, TaskQuery, TaskStore
 
 __all__ = [
     "RUN_LOST",
@@ -144,9 +144,8 @@ def reconcile_store(
             reason += f"; was scheduled for {snap.retry_at:%Y-%m-%d %H:%M:%S %Z} — resubmit?"
         new, tr = settle(sm, snap, reason)
         try:
-            store.save_many(
-                [(new, snap.status_version)], [tr], attempts=_closed_attempt(store, new, now)
-            )
+            closed = _closed_attempt(store, new, now, _last_seen(snap, owners))
+            store.save_many([(new, snap.status_version)], [tr], attempts=closed)
         except ConcurrencyConflict:
             # its owner wrote meanwhile: alive after all, the task stays its own
             log.info("task %s moved on while being reconciled; left to its owner", snap.task_id)
@@ -253,10 +252,23 @@ def _lost_run(
     return replace(rec, status=RUN_LOST, updated_at=now, spec=spec)
 
 
-def _closed_attempt(store: TaskStore, new: TaskSnapshot, now: datetime) -> list[AttemptRecord]:
+def _last_seen(snap: TaskSnapshot, owners: Mapping[str, OwnerRecord]) -> datetime | None:
+    """The last time the store saw ``snap``'s owner alive: the task's heartbeat or its
+    owner's, the later one (None when neither was recorded)."""
+    owner = owners.get(snap.lease_owner) if snap.lease_owner is not None else None
+    seen = [d for d in (snap.last_heartbeat_at, owner and owner.heartbeat_at) if d is not None]
+    return max(seen, default=None)
+
+
+def _closed_attempt(
+    store: TaskStore, new: TaskSnapshot, now: datetime, last_seen: datetime | None = None
+) -> list[AttemptRecord]:
     """A task settled LOST may have an attempt its owner never closed (it died in the
-    middle): that attempt ends with the task, result unknown, in the same write — the
-    store holds no attempt that runs forever."""
+    middle): that attempt is closed, result unknown, in the same write — the store holds
+    no attempt that runs forever. It ends at ``last_seen`` (the last time its owner was
+    seen alive; never before the attempt started, never after ``now``), not at ``now``:
+    the reconciler may come by hours after the owner died, and the attempt did not run
+    all that time."""
     if new.status is not S.LOST:
         return []
     try:
@@ -270,12 +282,19 @@ def _closed_attempt(store: TaskStore, new: TaskSnapshot, now: datetime) -> list[
     return [
         replace(
             recs[-1],
-            ended_at=now,
+            ended_at=_between(recs[-1].started_at, last_seen, now),
             outcome=S.LOST,
             failure_kind=fail.kind if fail is not None else FailureKind.LOST,
             failure_message=fail.message if fail is not None else None,
         )
     ]
+
+
+def _between(start: datetime | None, at: datetime | None, now: datetime) -> datetime:
+    """``at`` kept within ``start`` .. ``now``; ``now`` when ``at`` is not known."""
+    if at is None or at > now:
+        return now
+    return max(at, start) if start is not None else at
 
 
 @dataclass(frozen=True)

@@ -120,6 +120,30 @@ def test_settling_an_orphan_closes_its_open_attempt(
     assert rec.started_at == open_rec.started_at and not rec.abandoned
 
 
+def test_an_orphans_closed_attempt_ends_when_its_owner_was_last_seen(
+    pair: StorePair, rig: Rig, make_ctl: Callable[..., Controller]
+) -> None:
+    """The reconciler that closes a dead owner's open attempt does not claim the attempt
+    ran until the reconciler came by (an hour later here: `chongming attempts` showed a
+    duration of an hour for work killed at once): it ends at the last time the store
+    saw its owner alive, never before it started nor after the task was settled."""
+    main, other = pair
+    ctl = make_ctl(store=main, owner=FAR, lease_seconds=1)
+    ctl._dispatcher.store_tick = None  # the owner is as good as dead from here on
+    gate = rig.gate()
+    h = ctl.submit(gate.cooperative, name="work")
+    wait_status(ctl, h, S.RUNNING)
+    ctl.flush()
+    died = rig.clock.now()
+    [open_rec] = other.attempts(h.id)
+    assert settle_from_elsewhere(other, rig.clock)()["lost"] == [h.id]
+    s = other.get(h.id)
+    assert s is not None and s.ended_at is not None and s.ended_at > died
+    [rec] = other.attempts(h.id)
+    assert rec.ended_at is not None
+    assert open_rec.started_at <= rec.ended_at <= died, (rec.ended_at, died)
+
+
 def test_what_a_refused_task_prints_before_it_converges_is_kept(
     pair: StorePair, rig: Rig, make_ctl: Callable[..., Controller]
 ) -> None:
