@@ -68,6 +68,30 @@ class _Export:
             self.parquet.close()
 
 
+#: The files SQLite keeps beside a database (its write-ahead log, shared memory, journal).
+_SIDE_FILES = ("", "-wal", "-shm", "-journal")
+
+
+def _store_file_named(store: TaskStore, out_path: str) -> str | None:
+    """The store's database file or a side file of it that ``out_path`` names (however
+    spelled: relative, ``..``, a symlink, a hard link), or None (a PostgreSQL store has
+    no file)."""
+    db = getattr(store, "path", None)
+    if db is None:
+        return None
+    out = os.path.realpath(out_path)
+    for suffix in _SIDE_FILES:
+        own = os.path.realpath(f"{db}{suffix}")
+        if out == own:
+            return own
+        try:
+            if os.path.samefile(out, own):
+                return own
+        except OSError:  # one of them does not exist: not the same file
+            continue
+    return None
+
+
 class Exporting(CliBase):
     def _export_frames(self, what: str, store: TaskStore) -> Iterator[Any]:
         """The export as DataFrames of at most ``_STREAM_PAGE`` tasks each, oldest task
@@ -108,6 +132,11 @@ class Exporting(CliBase):
         parent = os.path.dirname(os.path.abspath(out_path))
         if not os.path.isdir(parent):
             raise CliError(EXIT_USAGE, f"--out {out_path}: directory {parent} does not exist")
+        own = _store_file_named(self.store, out_path)
+        if own is not None:  # opening it for writing would truncate the store
+            raise CliError(
+                EXIT_USAGE, f"--out {out_path}: is the store's own file ({own}); nothing written"
+            )
         rows = 0
         try:
             with _Export(out_path, a.format) as sink:

@@ -409,3 +409,25 @@ def test_wait_re_reads_the_command_before_reporting_a_timeout(
         assert cmd.state is CommandState.DONE
     finally:
         owner.close()
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json", "parquet"])
+@pytest.mark.parametrize("suffix", ["", "-wal", "-shm"])
+def test_export_onto_the_store_itself_is_refused_and_the_store_kept(
+    tmp_path: Path, fmt: str, suffix: str
+) -> None:
+    """`export --out` naming the store's own file (or its -wal / -shm beside it) is a
+    usage error, written nothing: it truncated the store to 0 bytes, every task lost."""
+    path = tmp_path / "tasks.db"
+    _store_with_a_clean_task(path).close()
+    before = path.read_bytes()
+    target = tmp_path / ".." / tmp_path.name / (path.name + suffix)  # another spelling
+    if suffix:
+        target.write_bytes(b"")  # as the store's side file is when the store is open
+    code, out, err = run("--store", str(path), "export", "--format", fmt, "--out", str(target))
+    assert code == EXIT_USAGE, (code, err)
+    assert err.count("\n") == 1 and "--out" in err and "the store's own file" in err, err
+    assert out == ""
+    assert path.read_bytes() == before
+    code, out, _ = run("--store", str(path), "ps")
+    assert code == 0 and "ok1" in out
