@@ -253,10 +253,13 @@ def _lost_run(
 
 
 def _last_seen(snap: TaskSnapshot, owners: Mapping[str, OwnerRecord]) -> datetime | None:
-    """The last time the store saw ``snap``'s owner alive: the task's heartbeat or its
-    owner's, the later one (None when neither was recorded)."""
+    """The last time the store saw ``snap``'s owner alive: the task's heartbeat, its
+    last progress report or its owner's heartbeat, the latest (None when none was
+    recorded)."""
     owner = owners.get(snap.lease_owner) if snap.lease_owner is not None else None
-    seen = [d for d in (snap.last_heartbeat_at, owner and owner.heartbeat_at) if d is not None]
+    progress = snap.progress.updated_at if snap.progress is not None else None
+    signs = (snap.last_heartbeat_at, progress, owner.heartbeat_at if owner else None)
+    seen = [d for d in signs if d is not None]
     return max(seen, default=None)
 
 

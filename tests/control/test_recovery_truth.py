@@ -218,3 +218,38 @@ def test_the_run_statuses_recovery_spells_are_the_pipelines() -> None:
     open_ = {s.value for s in PipelineRunStatus if s not in RUN_TERMINAL}
     assert open_ == RUN_OPEN
     assert PipelineRunStatus(RUN_LOST) in RUN_TERMINAL
+
+
+def test_an_orphans_attempt_ends_at_its_latest_sign_of_life() -> None:
+    """The latest of the task's heartbeat, its last progress report and its owner's
+    heartbeat is when the dead owner was last seen: the attempt ends there (here the
+    progress report, 5 minutes after the task's heartbeat and 55 before the reconcile)."""
+    from datetime import timedelta
+
+    from chongming_nb.control.recovery import reconcile_store
+    from chongming_nb.core.models import AttemptRecord, Progress, TaskSnapshot
+    from chongming_nb.stores import InMemoryStore
+    from chongming_nb.testing import FakeClock
+
+    t0 = FakeClock().now()
+    store = InMemoryStore()
+    store.create(
+        TaskSnapshot(
+            task_id="t1",
+            name="work",
+            status=S.RUNNING,
+            attempt=1,
+            created_at=t0,
+            started_at=t0,
+            last_heartbeat_at=t0,
+            progress=Progress(done=3, total=10, updated_at=t0 + timedelta(minutes=5)),
+            lease_owner=FAR,
+            lease_until=t0 + timedelta(seconds=1),
+        )
+    )
+    store.save_attempt(AttemptRecord(task_id="t1", attempt=1, started_at=t0))
+    later = FakeClock(t0 + timedelta(hours=1))
+    report = reconcile_store(store, later, me="reconciler", lease_seconds=1, grace=1)
+    assert report["lost"] == ["t1"]
+    [rec] = store.attempts("t1")
+    assert rec.ended_at == t0 + timedelta(minutes=5) and rec.outcome is S.LOST
