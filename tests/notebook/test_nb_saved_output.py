@@ -275,3 +275,38 @@ def test_a_pipeline_run_displays_as_a_table(shell: CapturingDisplayPublisher) ->
                 t.close()
     finally:
         ctl.close()
+
+
+def test_the_plain_text_of_a_failed_or_lost_row_says_why_as_its_html_does() -> None:
+    """The text/plain of a table (what a terminal, ``nbconvert --to markdown`` or a
+    notebook viewer without html shows) said ``boom  [failed]  0:00`` and nothing of
+    the failure that its html shows."""
+    from datetime import UTC, datetime
+
+    from chongming_nb.notebook.rows import render_html, render_plain
+
+    at = datetime(2026, 12, 3, 11, 0, tzinfo=UTC)
+    base = {"attempt": 1, "max_attempts": 1, "done": 0.0, "total": None, "unit": None}
+    rows = [
+        {
+            **base,
+            "id": "t1",
+            "name": "boom",
+            "status": "failed",
+            "message": None,
+            "failure": {"kind": "exception", "message": "ValueError: bad row"},
+        },
+        {
+            **base,
+            "id": "t2",
+            "name": "stubborn",
+            "status": "lost",
+            "message": "last line",
+            "failure": {"kind": "lost", "message": "thread abandoned, result unknown"},
+        },
+    ]
+    plain = render_plain(rows, title=None, at=at)
+    html_text = render_html(rows, title=None, at=at)
+    for why in ("exception: ValueError: bad row", "lost: thread abandoned, result unknown"):
+        assert why in plain, plain
+        assert why in html_text
