@@ -264,11 +264,13 @@ class Controller(TaskLister):
         task_id: TaskRef,
         reason: str = "cancelled",
         *,
-        actor: str = "orchestrator",
+        actor: str = "user",
         kind: FailureKind | None = None,
     ) -> TaskSnapshot:
-        """Cascade cancel (what the orchestration layer does). Idempotent. ``kind``:
-        the Failure.kind recorded (default cancelled; pipelines pass dependency_failed)."""
+        """Cancel: like stop, the status CANCELLED (what the orchestration layer does, with
+        ``actor="orchestrator"``; called from Python, the row says "cancelled from
+        Python"). Idempotent. ``kind``: the Failure.kind recorded (default cancelled;
+        pipelines pass dependency_failed)."""
         return self._verbs.stop(
             task_id, self.stop_grace, actor=actor, reason=reason, wait=False, cancel=True, kind=kind
         )

@@ -183,16 +183,19 @@ class LoopRecord:
             self.reporter.progress(done, None, None, None)
         self._finish(Outcome("succeeded"))
 
-    def finish_stopped(self, done: float, reason: str) -> None:
-        """The loop honoured a stop at a boundary. If nobody asked this task to stop (an
-        interrupt, or its outer loop was stopped), the stop is requested here first, so
-        the record says who stopped it."""
+    def finish_stopped(self, done: float, reason: str, *, actor: str = "loop") -> None:
+        """The loop honoured a stop at a boundary (or a KeyboardInterrupt ended it:
+        ``actor="interrupt"``). If nobody asked this task to stop (an interrupt, or its
+        outer loop was stopped), the stop is requested here first, so the record says
+        who stopped it (an interrupt names itself: no reason repeats it)."""
         if self._ended:
             return
         self.reporter.progress(done, None, None, None)
         if not self.token.stop_requested:
             with contextlib.suppress(Exception):  # ending another way: its end stands
-                self.ctl.stop(self.task_id, actor="loop", reason=reason)
+                self.ctl.stop(
+                    self.task_id, actor=actor, reason=None if actor == "interrupt" else reason
+                )
         self._finish(Outcome("cancelled", message=reason, exception_type="TaskCancelled"))
 
     def finish_failed(self, done: float, exc: BaseException) -> None:

@@ -43,7 +43,13 @@ from chongming_nb.control.writes import event_record
 from chongming_nb.core.clock import Clock
 from chongming_nb.core.errors import ConcurrencyConflict, ConfigurationError
 from chongming_nb.core.events import PipelineRunStatusChanged
-from chongming_nb.core.models import AttemptRecord, FailureKind, TaskSnapshot, Transition
+from chongming_nb.core.models import (
+    AttemptRecord,
+    Failure,
+    FailureKind,
+    TaskSnapshot,
+    Transition,
+)
 from chongming_nb.core.state_machine import StateMachine
 from chongming_nb.core.states import NON_TERMINAL, STATUS, TERMINAL
 from chongming_nb.stores.protocol import OwnerRecord, RunRecord, TaskQuery, TaskStore
@@ -80,7 +86,10 @@ def settle(sm: StateMachine, snap: TaskSnapshot, reason: str) -> tuple[TaskSnaps
     if snap.status in _MAYBE_RUNNING:
         return sm.mark_lost(snap, reason=reason, actor="reconcile")
     if snap.status is S.PAUSED and snap.started_at is not None:
-        return sm.force_transition(snap, S.LOST, actor="reconcile", reason=reason)
+        # (the table has no PAUSED -> LOST: the one sanctioned way there is a forced
+        # step) with the failure mark_lost gives, so it says why as a running one does
+        new, tr = sm.force_transition(snap, S.LOST, actor="reconcile", reason=reason)
+        return new.evolve(failure=Failure(FailureKind.LOST, reason)), tr
     return sm.cancel(snap, reason=reason, actor="reconcile")
 
 

@@ -376,7 +376,9 @@ def render_plain(
     for row in rows[:limit]:
         prog = _fmt_progress(row)
         dur = _fmt_duration(row, now_ms)
-        msg = end_text(row) or starts_text(row, now_ms) or row.get("message") or ""
+        failure = row.get("failure")
+        why = f"{failure['kind']}: {failure['message']}" if failure else None
+        msg = end_text(row) or starts_text(row, now_ms) or why or row.get("message") or ""
         bits = [str(row["name"]), f"[{row['status']}]", prog, dur, str(msg)]
         lines.append("  " + "  ".join(b for b in bits if b))
     if len(rows) > limit:

@@ -678,6 +678,12 @@ class tqdm(Generic[T]):
         return bool(self.leave) if self.leave is not None else len(self._chain) <= 1
 
     def _end(self, exc: BaseException | None) -> None:
+        if isinstance(exc, KeyboardInterrupt):
+            # a person's interrupt (the second within the window, or raised in the body):
+            # a stop, not a failure; the KeyboardInterrupt itself goes on as always
+            self._stopped_by = "interrupt"
+            self._end_stopped("stopped by interrupt", actor="interrupt")
+            return
         if self._ended:
             return
         self._ended = True
@@ -704,13 +710,13 @@ class tqdm(Generic[T]):
                 if threading.current_thread() is threading.main_thread():
                     _free_outputs.append(dh)  # the cell's next row takes it over
 
-    def _end_stopped(self, reason: str) -> None:
+    def _end_stopped(self, reason: str, actor: str = "loop") -> None:
         if self._ended:
             return
         self._ended = True
         self.stopped = True
         if self._rec is not None:
-            self._rec.finish_stopped(self.n, reason)
+            self._rec.finish_stopped(self.n, reason, actor=actor)
         self._leave()
         self._show_final()
 

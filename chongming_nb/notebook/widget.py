@@ -353,6 +353,8 @@ class TaskTable(TableRequests, anywidget.AnyWidget):
         ] = {}
         self._seq = 0
         self._full_seq = 0
+        self._bundled_seq = 0  # the seq of the rows the last snapshot_data read
+        self._changed_seq = 0  # the seq of the last patch that changed a status
         self._next_allowed = float("-inf")
         self._next_full = float("-inf")
         self._closed = False
@@ -680,6 +682,7 @@ class TaskTable(TableRequests, anywidget.AnyWidget):
             recount = recount or hidden_changed
             if recount or upsert or remove:
                 self._snapshot_stale = True
+                self._changed_seq = self._seq + 1  # (this patch's seq)
             if settled and self._display_ids:
                 self._snapshot_urgent = True
             if recount or upsert or remove or self._summary is None:
@@ -742,9 +745,10 @@ class TaskTable(TableRequests, anywidget.AnyWidget):
         """The static part of this table's output: ``text/plain``, an escaped
         ``text/html`` table (nbconvert, GitHub) and :data:`SNAPSHOT_MIME` (rows as data,
         for the JupyterLab extension when the widget's model is gone)."""
-        if rows is None:
-            rows = self.current_rows()
         with self._lock:
+            if rows is None:
+                rows = [dict(r) for r in self._rows.values()]
+                self._bundled_seq = self._seq
             hidden = dict(self._older.hidden)
         at = self._clock.now()
         title = self.title_text or None
@@ -791,6 +795,13 @@ class TaskTable(TableRequests, anywidget.AnyWidget):
         with self._lock:
             if display_id not in self._display_ids:
                 self._display_ids.append(display_id)
+            # a status changed in a patch after the bundle this output was displayed
+            # with (a task that ended at once): the output is behind, rewrite it now
+            # (progress alone never rewrites an output)
+            behind = self._bundled_seq < self._changed_seq
+        if behind:
+            with self._flush_lock:
+                self._update_displays()
 
     def rewrite_now(self) -> None:
         """Rewrite the outputs now, after a flush in flight (its older rows must not land last)."""

@@ -253,3 +253,38 @@ def test_an_orphans_attempt_ends_at_its_latest_sign_of_life() -> None:
     assert report["lost"] == ["t1"]
     [rec] = store.attempts("t1")
     assert rec.ended_at == t0 + timedelta(minutes=5) and rec.outcome is S.LOST
+
+
+def test_a_task_paused_in_place_is_settled_lost_with_the_reason_as_a_running_one_is() -> None:
+    """A kernel that died with a task paused in place: ``get_controller()`` settles it
+    LOST (its attempt had begun). It was settled with no failure, so its row, the
+    snapshot and its attempt said nothing of why, while a running task of the same
+    kernel said "lease lost at ...: owner ... is gone"."""
+    from chongming_nb.control.recovery import settle
+    from chongming_nb.core.models import FailureKind
+    from chongming_nb.core.state_machine import StateMachine
+    from chongming_nb.testing import FakeClock
+
+    ctl = Controller()
+    go = threading.Event()
+
+    def work(ctx: TaskContext) -> None:
+        go.set()
+        while True:
+            ctx.checkpoint()
+            go.wait(0.01)
+
+    try:
+        h = ctl.submit(work)
+        assert go.wait(10)
+        ctl.pause(h.id, wait=True)
+        snap = ctl.get(h.id)
+        assert snap.status is S.PAUSED and snap.started_at is not None
+        why = "lease lost at 2026-12-03T11:03:03+00:00: owner x is gone"
+        new, tr = settle(StateMachine(FakeClock()), snap, why)
+        assert new.status is S.LOST and tr.reason == why
+        assert new.failure is not None
+        assert (new.failure.kind, new.failure.message) == (FailureKind.LOST, why)
+    finally:
+        ctl.stop(h.id, wait=True)
+        ctl.close()

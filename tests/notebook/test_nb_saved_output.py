@@ -275,3 +275,80 @@ def test_a_pipeline_run_displays_as_a_table(shell: CapturingDisplayPublisher) ->
                 t.close()
     finally:
         ctl.close()
+
+
+def test_the_plain_text_of_a_failed_or_lost_row_says_why_as_its_html_does() -> None:
+    """The text/plain of a table (what a terminal, ``nbconvert --to markdown`` or a
+    notebook viewer without html shows) said ``boom  [failed]  0:00`` and nothing of
+    the failure that its html shows."""
+    from datetime import UTC, datetime
+
+    from chongming_nb.notebook.rows import render_html, render_plain
+
+    at = datetime(2026, 12, 3, 11, 0, tzinfo=UTC)
+    base = {"attempt": 1, "max_attempts": 1, "done": 0.0, "total": None, "unit": None}
+    rows = [
+        {
+            **base,
+            "id": "t1",
+            "name": "boom",
+            "status": "failed",
+            "message": None,
+            "failure": {"kind": "exception", "message": "ValueError: bad row"},
+        },
+        {
+            **base,
+            "id": "t2",
+            "name": "stubborn",
+            "status": "lost",
+            "message": "last line",
+            "failure": {"kind": "lost", "message": "thread abandoned, result unknown"},
+        },
+    ]
+    plain = render_plain(rows, title=None, at=at)
+    html_text = render_html(rows, title=None, at=at)
+    for why in ("exception: ValueError: bad row", "lost: thread abandoned, result unknown"):
+        assert why in plain, plain
+        assert why in html_text
+
+
+def test_a_row_that_finished_between_its_bundle_and_its_display_id_is_rewritten_at_once(
+    fctl: FakeController, clock: FakeClock, comms: Any
+) -> None:
+    """``h`` of a task that ends at once: the output is displayed with the bundle made
+    first, and its display id reaches the table a moment later. A finish patched in
+    between left the saved output "starting" until the next full-state refresh (2 s;
+    100 s for a big board): an nbconvert run that ended sooner saved "starting"."""
+    tid = fctl.add("quick", status="running", total=None).task_id
+    t = TaskTable(fctl, kind="task", task_ids=[tid], clock=clock, autoflush=False)
+    shown = t.bundle()  # what display() publishes
+    assert statuses(shown) == ["running"]
+    fctl.fail(tid, "boom")
+    clock.advance(0.1)
+    t.flush()  # the patch goes out before the output has its display id
+    pub = Published()
+    t.keep_display_updated("d", publish=pub)
+    assert [statuses(data) for data, _ in pub.updates] == [["failed"]]
+    clock.advance(0.5)
+    t.flush()
+    assert len(pub.updates) == 1  # nothing new: no more updates
+    # a display id given while nothing changed since the bundle rewrites nothing
+    t.bundle()
+    t.keep_display_updated("e", publish=pub)
+    assert len(pub.updates) == 1
+    t.close()
+
+
+def test_progress_between_the_bundle_and_the_display_id_rewrites_nothing(
+    fctl: FakeController, clock: FakeClock, comms: Any
+) -> None:
+    tid = fctl.add("loop", status="running", total=100).task_id
+    t = TaskTable(fctl, kind="task", task_ids=[tid], clock=clock, autoflush=False)
+    t.bundle()
+    fctl.bump(tid, 40)
+    clock.advance(0.1)
+    assert t.flush()  # a progress patch
+    pub = Published()
+    t.keep_display_updated("d", publish=pub)
+    assert pub.updates == []
+    t.close()

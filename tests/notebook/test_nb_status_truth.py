@@ -106,6 +106,33 @@ def test_the_reason_and_the_source_of_each_way_to_stop(ctl: Any) -> None:
     assert end_summary(ctl.get(h.id)) == ("api", None)
 
 
+def test_a_cancel_called_from_python_reads_from_python_not_its_pipeline(ctl: Any) -> None:
+    """``h.cancel(reason)`` (what the user guide says drops a delayed start) and
+    ``ctl.cancel(id)`` are a person's call from Python: the row said "cancelled by its
+    pipeline" for a task in no pipeline. A pipeline's own cancels still name it."""
+    delayed = ctl.submit(lambda: None, delay=600)
+    delayed.cancel("not needed")
+    snap = ctl.get(delayed.id)
+    assert snap.status is cn.TaskStatus.CANCELLED
+    assert end_summary(snap) == ("api", "not needed")
+    other = ctl.submit(lambda: None, delay=600)
+    ctl.cancel(other.id)
+    assert end_summary(ctl.get(other.id))[0] == "api"
+    # a fail-fast run cancels its other waiting steps itself: those read "by its pipeline"
+    pipe = cn.Pipeline("p", on_failure=cn.AggregationPolicy.FAIL_FAST)
+    pipe.add(_boom, name="boom")
+    pipe.add(lambda: None, name="later", delay=600)
+    run = pipe.submit(ctl)
+    run.wait(20)
+    later = ctl.get(run.handle("later").id)
+    assert later.status is cn.TaskStatus.CANCELLED
+    assert end_summary(later)[0] == "pipeline"
+
+
+def _boom() -> None:
+    raise ValueError("boom")
+
+
 def test_stopped_before_it_started_and_skipped_record_who(ctl: Any) -> None:
     gate = threading.Event()
     blocker = ctl.submit(lambda ctx: gate.wait(20), name="blocker")

@@ -358,6 +358,30 @@ def test_first_interrupt_stops_at_a_boundary_second_raises(ctl: cn.Controller) -
     assert signal.getsignal(signal.SIGINT) is before
 
 
+@pytest.mark.skipif(
+    threading.current_thread() is not threading.main_thread(), reason="signals: main thread"
+)
+def test_a_second_interrupt_ends_the_loop_stopped_by_interrupt_not_failed(
+    ctl: cn.Controller,
+) -> None:
+    """Two interrupts raise KeyboardInterrupt in the middle of an item, as they always
+    did; the loop's task is a person's stop ("stopped by interrupt"), not a failure
+    with "KeyboardInterrupt" (it read failed, or stopped when the helper thread had
+    asked first: a race)."""
+    with pytest.raises(KeyboardInterrupt), cn.track(range(1000), controller=ctl) as bar:
+        for i in bar:
+            if i == 3:
+                os.kill(os.getpid(), signal.SIGINT)
+                os.kill(os.getpid(), signal.SIGINT)
+    assert bar.task_id is not None and bar.stopped
+    snap = ctl.get(bar.task_id)
+    assert snap.status is S.STOPPED and snap.failure is None
+    assert end_summary(snap) == ("interrupt", None)
+    assert snap.progress is not None and snap.progress.done == 3
+    (attempt,) = [a for a in ctl.attempts(bar.task_id)]
+    assert str(attempt.outcome) == "stopped"
+
+
 def test_a_loop_off_the_main_thread_touches_no_signal(ctl: cn.Controller) -> None:
     handlers: list[Any] = []
     done = threading.Event()

@@ -144,7 +144,7 @@ def test_a_loop_in_a_notebook_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert ki["ename"] == "KeyboardInterrupt"
     twice = _json(out[7])
     assert twice["seen"] == list(range(6)) and twice["restored"] is True
-    assert twice["status"] in ("failed", "stopped")
+    assert twice["status"] == "stopped"  # a person's interrupt, not a failure
     assert twice["attempts"] == 4
 
 

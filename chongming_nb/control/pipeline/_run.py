@@ -263,7 +263,7 @@ class PipelineRun:
             # the run is held, so an unoccupied task cannot start meanwhile; a running
             # one is left to finish (fail-fast stops dispatching, it does not kill)
             if self.ctl.get(tid).status in UNOCCUPIED:
-                self.ctl.cancel(tid, reason, kind=kind)
+                self.ctl.cancel(tid, reason, actor="orchestrator", kind=kind)
 
     def _node_succeeded(self, name: str) -> None:
         nr = self._nodes[name]
