@@ -278,6 +278,31 @@ def _max_parallel(ctl: Any) -> int | None:
     return limit if isinstance(limit, int) and not isinstance(limit, bool) else None
 
 
+def _table_query(
+    filter: Mapping[str, Any] | None, task_ids: Iterable[str] | None, run_id: str | None
+) -> dict[str, Any]:
+    """The ``list_tasks`` criteria of a table (``filter`` checked: a ValueError names
+    an unknown key)."""
+    query: dict[str, Any] = dict(filter or {})
+    unknown = set(query) - {"status", "tag", "name_prefix"}
+    if unknown:
+        raise ValueError(
+            f"unknown filter keys: {', '.join(sorted(unknown))} (known: status, tag, name_prefix)"
+        )
+    if task_ids is not None:
+        query["ids"] = list(dict.fromkeys(task_ids))
+    if run_id is not None:
+        query["pipeline_run_id"] = run_id
+    return query
+
+
+def _list_query(query: Mapping[str, Any], limit: int | None) -> dict[str, Any]:
+    q = dict(query)
+    if limit is not None:
+        q["limit"] = limit
+    return q
+
+
 class TaskTable(TableRequests, anywidget.AnyWidget):
     """A live table of tasks: a single task (``kind="task"``), a pipeline run (``"run"``)
     or a board (``"board"``). One model, whatever the number of rows."""
@@ -317,17 +342,7 @@ class TaskTable(TableRequests, anywidget.AnyWidget):
             raise ValueError(f"kind must be one of {', '.join(S.KINDS)}, got {kind!r}")
         if not max_rate > 0:
             raise ValueError(f"max_rate must be > 0, got {max_rate!r}")
-        query: dict[str, Any] = dict(filter or {})
-        unknown = set(query) - {"status", "tag", "name_prefix"}
-        if unknown:
-            raise ValueError(
-                f"unknown filter keys: {', '.join(sorted(unknown))} "
-                "(known: status, tag, name_prefix)"
-            )
-        if task_ids is not None:
-            query["ids"] = list(dict.fromkeys(task_ids))
-        if pipeline_run_id is not None:
-            query["pipeline_run_id"] = pipeline_run_id
+        query = _table_query(filter, task_ids, pipeline_run_id)
         self._ctl = ctl
         self._query = query
         self._ids_fixed = frozenset(query["ids"]) if "ids" in query else None
@@ -387,7 +402,7 @@ class TaskTable(TableRequests, anywidget.AnyWidget):
         keep = kept_finished(ctl) if self._ids_fixed is None and limit is None else None
         hidden: dict[str, int] = {}
         if keep is None:
-            snaps = ctl.list_tasks(**self._list_query(query, limit))
+            snaps = ctl.list_tasks(**_list_query(query, limit))
         else:
             snaps, hidden = initial_snapshots(ctl, query, keep)
         if self._ids_fixed is not None:  # keep the caller's order
@@ -421,13 +436,6 @@ class TaskTable(TableRequests, anywidget.AnyWidget):
         _PINGER.add(self)
 
     # ------------------------------------------------------------------ queries
-
-    @staticmethod
-    def _list_query(query: Mapping[str, Any], limit: int | None) -> dict[str, Any]:
-        q = dict(query)
-        if limit is not None:
-            q["limit"] = limit
-        return q
 
     def _row_for(self, snap: TaskSnapshot, last_line: str | None = None) -> dict[str, Any]:
         """Build a row. Calls the controller: never call it holding ``self._lock`` (the
