@@ -13,10 +13,11 @@ import pytest
 from ctl_helpers import Rig, wait_status
 from fencing import FAR, StorePair, agree, settle_from_elsewhere
 
-from chongming_nb import Controller, TaskContext, TaskStatus
+from chongming_nb import Controller, TaskContext, TaskHandle, TaskStatus
 from chongming_nb.control.pipeline import Pipeline, PipelineRunStatus
 from chongming_nb.control.pipeline._status import RUN_TERMINAL
 from chongming_nb.control.recovery import RUN_LOST, RUN_OPEN
+from chongming_nb.stores import TaskStore
 from chongming_nb.testing.stores import ForwardingStore
 
 S = TaskStatus
@@ -96,19 +97,27 @@ def test_an_execution_the_store_settled_is_stopped_and_its_attempt_recorded(
     assert rec.ended_at is not None and rec.abandoned and rec.outcome is S.LOST
 
 
+def _running_under_a_dead_owner(
+    pair: StorePair, rig: Rig, make_ctl: Callable[..., Controller]
+) -> tuple[TaskStore, TaskHandle]:
+    """A task running, recorded in ``pair``'s first store, under an owner that renews
+    nothing from here on (as good as dead); the other store and the task's handle."""
+    main, other = pair
+    ctl = make_ctl(store=main, owner=FAR, lease_seconds=1)
+    ctl._dispatcher.store_tick = None
+    h = ctl.submit(rig.gate().cooperative, name="work")
+    wait_status(ctl, h, S.RUNNING)
+    ctl.flush()
+    return other, h
+
+
 def test_settling_an_orphan_closes_its_open_attempt(
     pair: StorePair, rig: Rig, make_ctl: Callable[..., Controller]
 ) -> None:
     """An owner that dies (kill -9) mid-attempt never records the attempt's end; the
     reconciler that settles the task LOST closes that attempt in the same write
     (its result unknown), so the store holds no attempt that runs forever."""
-    main, other = pair
-    ctl = make_ctl(store=main, owner=FAR, lease_seconds=1)
-    ctl._dispatcher.store_tick = None  # the owner is as good as dead from here on
-    gate = rig.gate()
-    h = ctl.submit(gate.cooperative, name="work")
-    wait_status(ctl, h, S.RUNNING)
-    ctl.flush()
+    other, h = _running_under_a_dead_owner(pair, rig, make_ctl)
     [open_rec] = other.attempts(h.id)
     assert open_rec.ended_at is None
     assert settle_from_elsewhere(other, rig.clock)()["lost"] == [h.id]
@@ -127,13 +136,7 @@ def test_an_orphans_closed_attempt_ends_when_its_owner_was_last_seen(
     ran until the reconciler came by (an hour later here: `chongming attempts` showed a
     duration of an hour for work killed at once): it ends at the last time the store
     saw its owner alive, never before it started nor after the task was settled."""
-    main, other = pair
-    ctl = make_ctl(store=main, owner=FAR, lease_seconds=1)
-    ctl._dispatcher.store_tick = None  # the owner is as good as dead from here on
-    gate = rig.gate()
-    h = ctl.submit(gate.cooperative, name="work")
-    wait_status(ctl, h, S.RUNNING)
-    ctl.flush()
+    other, h = _running_under_a_dead_owner(pair, rig, make_ctl)
     died = rig.clock.now()
     [open_rec] = other.attempts(h.id)
     assert settle_from_elsewhere(other, rig.clock)()["lost"] == [h.id]
