@@ -102,14 +102,19 @@ class Dispatcher:
                     log.exception("launching held tasks failed")
 
     def _sample_heartbeats(self, now: float) -> None:
+        """Under the book's lock. A sign of life is kept in the task's snapshot too: the
+        store's copy gets it by a touch of that column alone, and the next full write of
+        the snapshot (a pause, a resume) must not put an older time back."""
         # only tasks with a live execution: the cost must not grow with history
         book = self.book
         for t in self.attempts.executing:
             hb = t.hb
-            if hb is None or t.exec_attempt == 0:
+            if hb is None or t.exec_attempt == 0 or not hb.sample(now):
                 continue
-            if hb.sample(now) and book.store is not None:
-                book.outbox.append(TouchHeartbeat(t.snap.task_id, book.clock.now()))
+            at = book.clock.now()
+            t.snap = t.snap.evolve(last_heartbeat_at=at)
+            if book.store is not None:
+                book.outbox.append(TouchHeartbeat(t.snap.task_id, at))
 
     def _fire(self, kind: TimerKind, t: TaskEntry, marker: int) -> None:
         book = self.book

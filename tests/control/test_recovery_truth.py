@@ -291,3 +291,30 @@ def test_a_task_paused_in_place_is_settled_lost_with_the_reason_as_a_running_one
     finally:
         ctl.stop(h.id, wait=True)
         ctl.close()
+
+
+def test_a_status_change_keeps_the_heartbeat_the_store_was_given(
+    pair: StorePair, rig: Rig, make_ctl: Callable[..., Controller]
+) -> None:
+    """A heartbeat reached the store by a touch of that column alone while the task's
+    snapshot in memory kept its start time; the next full write of the snapshot (a
+    pause, a resume) put the start time back. An owner that died after that was last
+    seen, by the store, when the task started."""
+    main, other = pair
+    ctl = make_ctl(store=main)
+    h = ctl.submit(rig.gate().cooperative, name="work")
+    wait_status(ctl, h, S.RUNNING)
+    started = ctl.get(h.id).started_at
+    ctl.pause(h.id, wait=True)
+    rig.clock.advance(5)
+    with ctl._book.lock:  # (as the dispatcher samples)
+        ctl._dispatcher._sample_heartbeats(rig.clock.monotonic())  # paused: alive
+    ctl.flush()
+    beat = other.get(h.id)
+    assert beat is not None and beat.last_heartbeat_at == rig.clock.now() != started
+    ctl.resume(h.id)
+    wait_status(ctl, h, S.RUNNING)
+    ctl.flush()
+    for s in (other.get(h.id), ctl.get(h.id)):
+        assert s is not None and s.status is S.RUNNING
+        assert s.last_heartbeat_at == beat.last_heartbeat_at, "the heartbeat went back"
