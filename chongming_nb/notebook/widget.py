@@ -755,7 +755,7 @@ class TaskTable(TableRequests, anywidget.AnyWidget):
         for the JupyterLab extension when the widget's model is gone)."""
         with self._lock:
             if rows is None:
-                rows = [dict(r) for r in self._rows.values()]
+                rows = self.current_rows()  # (the lock is re-entrant)
                 self._bundled_seq = self._seq
             hidden = dict(self._older.hidden)
         at = self._clock.now()
