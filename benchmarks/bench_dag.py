@@ -1,7 +1,7 @@
 """A random DAG of no-op tasks through the Controller, beside dask's threaded scheduler
 on the same graph in the same process.
 
-    python benchmarks/bench_dag.py [tiny|full]
+    python -m benchmarks.bench_dag [tiny|full]
 
 ``run(size)`` returns one dict per metric: metric, ours, peer, ratio, target, pass,
 unit. ``full`` is the issue's 1,000-node DAG; ``tiny`` a quick 200-node smoke run.
@@ -15,8 +15,9 @@ import json
 import random
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
+
+from benchmarks.common import interleaved
 
 TARGET_NODES_PER_S = 5000.0
 SIZES = {"tiny": 200, "full": 1000}
@@ -30,10 +31,6 @@ def random_dag(n: int, seed: int = 13, max_deps: int = 3) -> list[list[int]]:
     """deps[i] is a list of earlier nodes (so the graph is acyclic by construction)."""
     rng = random.Random(seed)
     return [sorted(rng.sample(range(i), rng.randint(0, min(i, max_deps)))) for i in range(n)]
-
-
-def _best(fn: Callable[[], float], repeat: int) -> float:
-    return min(fn() for _ in range(repeat))
 
 
 def time_pipeline(deps: list[list[int]], executor: str) -> float:
@@ -89,15 +86,23 @@ def run(size: str = "tiny") -> list[dict[str, Any]]:
         raise ValueError(f"size must be one of {sorted(SIZES)}, got {size!r}")
     n = SIZES[size]
     deps = random_dag(n)
-    repeat = 3 if size == "full" else 2
-    peer = n / _best(lambda: time_dask(deps), repeat)
+    repeat = 5 if size == "full" else 2
+    # the peer and the three of ours in turn, round after round (common.interleaved):
+    # each run is a fraction of a second, so a burst of load would otherwise fall on
+    # one side of a ratio only
+    seconds = interleaved(
+        {
+            "dask": lambda: time_dask(deps),
+            "pipeline_dag_thread": lambda: time_pipeline(deps, "thread"),
+            "pipeline_dag_inline": lambda: time_pipeline(deps, "inline"),
+            "submit_after_dag_thread": lambda: time_after(deps, "thread"),
+        },
+        repeat,
+    )
+    peer = n / min(seconds.pop("dask"))
     out: list[dict[str, Any]] = []
-    for metric, fn in (
-        ("pipeline_dag_thread", lambda: time_pipeline(deps, "thread")),
-        ("pipeline_dag_inline", lambda: time_pipeline(deps, "inline")),
-        ("submit_after_dag_thread", lambda: time_after(deps, "thread")),
-    ):
-        ours = n / _best(fn, repeat)
+    for metric, runs in seconds.items():
+        ours = n / min(runs)
         out.append(
             {
                 "metric": f"{metric}_{n}_nodes",
@@ -107,6 +112,7 @@ def run(size: str = "tiny") -> list[dict[str, Any]]:
                 "target": TARGET_NODES_PER_S,
                 "pass": ours >= TARGET_NODES_PER_S,
                 "unit": "nodes/s",
+                "runs_s": [round(v, 4) for v in runs],
             }
         )
     return out

@@ -13,7 +13,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from benchmarks.common import best_of, result, safe_ratio, timed
+from benchmarks.common import interleaved, result, safe_ratio, timed
 from benchmarks.sizes import size_of
 from chongming_nb import Controller, TaskContext
 
@@ -65,17 +65,18 @@ def _measure(ctx: TaskContext, items: int, calls: int, repeats: int) -> dict[str
         for _ in r_calls:
             f()
 
-    out: dict[str, float] = {}
-    for name, fn in (
-        ("bare", bare_loop),
-        ("tqdm", tqdm_loop),
-        ("track", track_loop),
-        ("empty_calls", empty_calls),
-        ("bare_calls", bare_calls),
-        ("checkpoint_calls", checkpoint_calls),
-    ):
-        out[name] = best_of(repeats, lambda fn=fn: timed(fn))
-    return out
+    # in turn, round after round (common.interleaved): each overhead is a difference of
+    # two of these, so both sides are measured over the same stretch of the run
+    loops = {
+        "bare": bare_loop,
+        "tqdm": tqdm_loop,
+        "track": track_loop,
+        "empty_calls": empty_calls,
+        "bare_calls": bare_calls,
+        "checkpoint_calls": checkpoint_calls,
+    }
+    samples = interleaved({name: lambda fn=fn: timed(fn) for name, fn in loops.items()}, repeats)
+    return {name: min(runs) for name, runs in samples.items()}
 
 
 def run(size: str) -> list[dict[str, Any]]:

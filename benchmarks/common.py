@@ -44,6 +44,31 @@ def best_of(repeats: int, fn: Callable[[], float]) -> float:
     return min(fn() for _ in range(max(1, repeats)))
 
 
+def interleaved(
+    fns: Mapping[str, Callable[[], float | None]], repeats: int
+) -> dict[str, list[float]]:
+    """Every sample of each function, the functions run in turn, one round after
+    another (``a b c a b c ...``), each call after a collection of the previous one's
+    garbage. A ratio of two of them is then taken over the same stretch of the run: a
+    burst of load on this shared machine slows the peer's samples as much as ours,
+    instead of all of one side (two runs of the same code an hour apart differed 1.8x on
+    a ratio measured side after side). A function that answers None is unavailable: it
+    is asked once and gets no samples."""
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    missing: set[str] = set()
+    for _ in range(max(1, repeats)):
+        for name, fn in fns.items():
+            if name in missing:
+                continue
+            gc.collect()
+            value = fn()
+            if value is None:
+                missing.add(name)
+            else:
+                samples[name].append(value)
+    return samples
+
+
 def timed(fn: Callable[[], Any]) -> float:
     """Wall seconds of one call, with the garbage collector quiet during it."""
     gc.collect()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -106,3 +107,22 @@ def test_memory_rss_rows_can_be_left_out(runner, monkeypatch) -> None:  # type: 
     monkeypatch.setenv(mem.SKIP_RSS_ENV, "1")
     rows = mem.run("tiny")
     assert [r["metric"].split(" (")[0] for r in rows] == ["memory per finished task kept"]
+
+
+def test_interleaved_takes_turns_and_drops_an_unavailable_contender() -> None:
+    from benchmarks.common import interleaved
+
+    calls: list[str] = []
+
+    def contender(name: str, value: float | None) -> Callable[[], float | None]:
+        def run() -> float | None:
+            calls.append(name)
+            return value
+
+        return run
+
+    samples = interleaved(
+        {"a": contender("a", 1.0), "gone": contender("gone", None), "b": contender("b", 2.0)}, 3
+    )
+    assert calls == ["a", "gone", "b", "a", "b", "a", "b"]  # in turn; None asked once
+    assert samples == {"a": [1.0, 1.0, 1.0], "gone": [], "b": [2.0, 2.0, 2.0]}
