@@ -12,7 +12,7 @@ from collections.abc import Callable, Collection, Sequence
 from datetime import timedelta
 from typing import Any
 
-from chongming_nb.cli.common import EXIT_USAGE, MAX_COUNT, CliError
+from chongming_nb.cli.common import EXIT_USAGE, MAX_COUNT, CliError, quoted
 from chongming_nb.stores._target import parse_target
 
 
@@ -65,7 +65,7 @@ def _count(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {quoted(text)}") from None
     if not 0 <= value <= MAX_COUNT:
         raise argparse.ArgumentTypeError(f"must be between 0 and {MAX_COUNT}, got {text}")
     return value
@@ -76,7 +76,7 @@ def _seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected seconds, got {quoted(text)}") from None
     if not (math.isfinite(value) and value >= 0):
         raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
     return value
@@ -95,7 +95,7 @@ def _age(text: str) -> timedelta:
         value = float(raw[:-1])
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"expected an age like 30d, 12h, 90m or 2w, got {text!r}"
+            f"expected an age like 30d, 12h, 90m or 2w, got {quoted(text)}"
         ) from None
     if not (math.isfinite(value) and 0 < value * unit <= 100 * 365 * 86400):
         raise argparse.ArgumentTypeError(f"must be more than 0 and at most 100 years, got {text}")
