@@ -73,6 +73,13 @@ def clean(value: object) -> str:
     return "".join(out)
 
 
+def quoted(value: object) -> str:
+    """A user's string (a task id, an option's value) quoted in a message: ``clean``, in
+    single quotes, escaped once (``'ab\\x1bc'`` for ``ab``, ESC, ``c``), as ``ps`` shows
+    it; never ``repr`` of the cleaned text, which doubles every backslash."""
+    return f"'{clean(value)}'"
+
+
 def to_jsonable(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, str)):
         return value
@@ -175,8 +182,10 @@ def secrets_of(location: str | None) -> tuple[str, ...]:
 
 
 def _one_line(message: str, secrets: tuple[str, ...]) -> str:
-    """An error as one line on stderr (a driver's multi-line message joined), masked."""
-    return redact(" ".join(message.split()), secrets) + "\n"
+    """An error as one line on stderr (a driver's multi-line message joined), masked,
+    with any control character left in it shown as an escape (argparse echoes an
+    unrecognized argument as it was typed)."""
+    return clean(redact(" ".join(message.split()), secrets)) + "\n"
 
 
 class _Masked:
@@ -197,7 +206,7 @@ def _parse_time(text: str) -> datetime:
     try:
         d = datetime.fromisoformat(text)
     except ValueError as exc:
-        raise CliError(EXIT_USAGE, f"--since {text!r} is not an ISO-8601 time") from exc
+        raise CliError(EXIT_USAGE, f"--since {quoted(text)} is not an ISO-8601 time") from exc
     return d.replace(tzinfo=UTC) if d.tzinfo is None else d
 
 
@@ -261,5 +270,5 @@ class CliBase:
     def task(self, task_id: str) -> TaskSnapshot:
         snap = self.store.get(task_id)
         if snap is None:
-            raise CliError(EXIT_USAGE, f"no task with id {clean(task_id)!r} in {self.store.url}")
+            raise CliError(EXIT_USAGE, f"no task with id {quoted(task_id)} in {self.store.url}")
         return snap

@@ -21,10 +21,18 @@ from chongming_nb.cli.common import (
 from chongming_nb.core.states import TERMINAL, TaskStatus
 from chongming_nb.stores import TaskQuery, TaskStore
 
+#: A time in CSV: every digit the store keeps (microseconds), on every row; pandas
+#: would drop the fraction of a page whose times all fall on whole seconds. The frames'
+#: time columns are all datetime64[us, UTC] (``chongming_nb.frames``).
+_CSV_TIME = "%Y-%m-%d %H:%M:%S.%f+00:00"
+
 
 class _Export:
     """A file that DataFrames are appended to, one after the other, as one CSV, JSON
-    array of records or Parquet file (written as they come: one frame in memory)."""
+    array of records or Parquet file (written as they come: one frame in memory).
+    Times keep the store's microseconds in all three: CSV ``2026-03-01
+    12:00:01.123456+00:00``, JSON ``2026-03-01T12:00:01.123456Z`` (pandas' JSON
+    default would cut them to milliseconds), Parquet timestamp[us, UTC]."""
 
     def __init__(self, path: str, fmt: str) -> None:
         self.path, self.fmt = path, fmt
@@ -39,9 +47,9 @@ class _Export:
 
     def write(self, df: Any) -> None:
         if self.fmt == "csv":
-            df.to_csv(self.fh, index=False, header=self.parts == 0)
+            df.to_csv(self.fh, index=False, header=self.parts == 0, date_format=_CSV_TIME)
         elif self.fmt == "json":
-            text = df.to_json(orient="records", date_format="iso", indent=1)
+            text = df.to_json(orient="records", date_format="iso", date_unit="us", indent=1)
             body = text.strip()[1:-1].strip("\n")
             if body:
                 self.fh.write(("[\n" if self.parts == 0 else ",\n") + body)

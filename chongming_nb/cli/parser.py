@@ -7,12 +7,13 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 from collections.abc import Callable, Collection, Sequence
 from datetime import timedelta
 from typing import Any
 
-from chongming_nb.cli.common import EXIT_USAGE, MAX_COUNT, CliError
+from chongming_nb.cli.common import EXIT_USAGE, MAX_COUNT, CliError, quoted
 from chongming_nb.stores._target import parse_target
 
 
@@ -54,9 +55,26 @@ class _Parser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", _HelpFormatter)
         super().__init__(*args, **kwargs)
 
+    def _parse_optional(self, arg_string: str) -> Any:
+        # This CLI's only short option is -h. Any other word that starts with one "-"
+        # ("-5d", "-1s", "-x") is a value or a positional, never an unknown option: as
+        # one, argparse left the option before it empty (`--older-than -5d` was
+        # "expected one argument") instead of letting its check name what is wrong.
+        if (
+            arg_string[:1] == "-"
+            and arg_string[1:2] not in ("", "-")
+            and arg_string[:2] not in self._option_string_actions
+        ):
+            return None
+        return super()._parse_optional(arg_string)
+
     def error(self, message: str) -> Any:  # exit 2 with our wording, never SystemExit
         # main() prefixes "chongming: "; a subcommand's parser names the subcommand
         where = self.prog.removeprefix("chongming").strip()
+        missing = re.fullmatch(r"argument (--[\w-]+): expected one argument", message)
+        if missing:  # the value left out, or one that starts with "--"
+            option = missing.group(1)
+            message += f" (a value that starts with '--' is written {option}=VALUE)"
         raise CliError(EXIT_USAGE, f"{where}: {message}" if where else message)
 
 
@@ -65,7 +83,7 @@ def _count(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {quoted(text)}") from None
     if not 0 <= value <= MAX_COUNT:
         raise argparse.ArgumentTypeError(f"must be between 0 and {MAX_COUNT}, got {text}")
     return value
@@ -76,13 +94,14 @@ def _seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected seconds, got {quoted(text)}") from None
     if not (math.isfinite(value) and value >= 0):
         raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
     return value
 
 
 _AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_NOT_POSITIVE = "an age must be positive, like 30d, 12h, 90m or 2w; got "
 
 
 def _age(text: str) -> timedelta:
@@ -94,11 +113,15 @@ def _age(text: str) -> timedelta:
             raise ValueError
         value = float(raw[:-1])
     except ValueError:
+        if raw.startswith("-"):  # "-5", "-d": a negative age, however written
+            raise argparse.ArgumentTypeError(_NOT_POSITIVE + quoted(text)) from None
         raise argparse.ArgumentTypeError(
-            f"expected an age like 30d, 12h, 90m or 2w, got {text!r}"
+            f"expected an age like 30d, 12h, 90m or 2w, got {quoted(text)}"
         ) from None
-    if not (math.isfinite(value) and 0 < value * unit <= 100 * 365 * 86400):
-        raise argparse.ArgumentTypeError(f"must be more than 0 and at most 100 years, got {text}")
+    if not (math.isfinite(value) and value > 0):  # "-5d", "0h", "nand"
+        raise argparse.ArgumentTypeError(_NOT_POSITIVE + quoted(text))
+    if value * unit > 100 * 365 * 86400:
+        raise argparse.ArgumentTypeError(f"an age must be at most 100 years; got {quoted(text)}")
     return timedelta(seconds=value * unit)
 
 

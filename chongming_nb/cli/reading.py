@@ -23,6 +23,7 @@ from chongming_nb.cli.common import (
     _table,
     _when,
     clean,
+    quoted,
     statuses_of,
     to_jsonable,
 )
@@ -230,7 +231,7 @@ class Reading(CliBase):
     def task_or_history(self, task_id: str) -> None:
         """Unknown id -> exit 2, unless the task was pruned but its history remains."""
         if self.store.get(task_id) is None and not self.store.history(task_id):
-            raise CliError(EXIT_USAGE, f"no task with id {clean(task_id)!r} in {self.store.url}")
+            raise CliError(EXIT_USAGE, f"no task with id {quoted(task_id)} in {self.store.url}")
 
     def cmd_verify(self) -> int:
         """Replay each task's transitions and compare them with its snapshot: a gap (a
@@ -248,7 +249,7 @@ class Reading(CliBase):
             hist = store.history(tid)
             if snap is None:
                 if not hist:
-                    raise CliError(EXIT_USAGE, f"no task with id {clean(tid)!r} in {store.url}")
+                    raise CliError(EXIT_USAGE, f"no task with id {quoted(tid)} in {store.url}")
                 detail = f"snapshot pruned; {len(hist)} transitions kept"
                 results.append({"task_id": tid, "name": None, "ok": True, "detail": detail})
                 continue
