@@ -136,8 +136,15 @@ def _secrets_of(text: str) -> tuple[str, ...]:
 
 def redact(text: str, secrets: tuple[str, ...] | list[str] = ()) -> str:
     """``text`` with passwords masked (see the module docstring)."""
-    out = _USERINFO.sub(rf"\g<lead>\g<user>:{MASK}@", text)
-    out = _SECRET_VALUE.sub(rf"\g<1>{MASK}", out)
+    # Each pattern is tried only where a literal that any of its matches holds appears:
+    # "://" for a URL's user info, "password" (case-folded: every character the pattern
+    # takes for one of its letters folds to that letter) for ``password=``. A long
+    # listing without either is passed through at the speed of a substring search.
+    out = text
+    if "://" in out:
+        out = _USERINFO.sub(rf"\g<lead>\g<user>:{MASK}@", out)
+    if "password" in out.casefold():
+        out = _SECRET_VALUE.sub(rf"\g<1>{MASK}", out)
     for secret in sorted(secrets, key=len, reverse=True):
         if len(secret) >= _MIN_LITERAL:
             out = out.replace(secret, MASK)
