@@ -34,6 +34,16 @@ the controller to them):
 * Order: a thread holding the lock never waits for the recorder (``flush`` is called
   without it).
 
+Ownership: the Controller owns its rooms, and a room refers only to rooms built before
+it, with two exceptions that point back up: ``Attempts.pump`` (the launcher) and
+``StoreLink.ctl`` (the controller), plus the recorder's hold on ``StoreLink.persist``.
+``Lifecycle.close`` lets go of all three at its end (``ClosedPump``,
+``StoreLink.detach``, the recorder on its way out), so a closed controller holds no
+reference cycle and is freed as soon as its user drops it
+(``tests/control/test_freed_without_collector.py``). Garbage left to the cyclic
+collector would stay in memory until a full collection, which then lands on whatever
+runs at that moment.
+
 Bounded memory (``HistoryLimits.memory_finished_tasks``): ``TaskBook.finished`` holds the
 ids of the finished tasks in the order they finished; past the cap, ``evict`` (at the
 end of ``flush_outbox``, under the lock) moves the oldest out of ``tasks`` into

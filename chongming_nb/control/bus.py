@@ -203,6 +203,10 @@ class EventBus:
             for m in markers:
                 m.done.set()
             if stop:
+                # the last batch is written: let go of the persister (the controller's
+                # store link, which refers back to the book that holds this bus), so a
+                # closed controller is freed by reference counting
+                self._persist = None
                 return
             if len(batch) >= _BUSY_ITEMS and not markers:
                 time.sleep(_LINGER)

@@ -35,7 +35,7 @@ from chongming_nb.core.validation import check_seconds
 from chongming_nb.stores.protocol import OwnerRecord, TaskQuery
 
 if TYPE_CHECKING:
-    from chongming_nb.control.attempts import Attempts
+    from chongming_nb.control.attempts import Attempts, Launch
     from chongming_nb.control.book import TaskBook
     from chongming_nb.control.bus import EventBus
     from chongming_nb.control.dispatcher import Dispatcher
@@ -108,6 +108,24 @@ def check_settings(
 
 
 atexit.register(_drain_at_exit)
+
+
+class ClosedPump:
+    """The pump of a closed controller: nothing launches any more; an attempt that
+    reports its end after the close (a task that outlived its stop) still has its
+    records handed to the recorder. It replaces the launcher at the close, so that the
+    launcher and this room stop referring to each other (see Lifecycle.close)."""
+
+    __slots__ = ("book",)
+
+    def __init__(self, book: TaskBook) -> None:
+        self.book = book
+
+    def pick_for_pump(self) -> list[Launch] | None:
+        return None
+
+    def pump(self, picked: list[Launch] | None = None) -> None:
+        self.book.flush_outbox()
 
 
 class OwnerLeases:
@@ -383,3 +401,10 @@ class Lifecycle:
                 ex.shutdown()
             except Exception:
                 log.exception("executor shutdown failed")
+        # the end of life: the two references that point back up the rooms (the
+        # attempts room to the launcher, the store link to the controller) are let go,
+        # so a closed controller has no reference cycle and is freed as soon as its
+        # user drops it, not at the next full garbage collection
+        self.attempts.pump = ClosedPump(book)
+        if self.link is not None:
+            self.link.detach()

@@ -63,6 +63,17 @@ HELD_RETRY_EVERY = 1.0
 COMMAND_LEASE_SECONDS = 10.0
 
 
+class _Detached:
+    """What a store link refers to once its controller has closed (``StoreLink.detach``):
+    anything asked of it says so."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise ConfigurationError("this controller is closed")
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise ConfigurationError("this controller is closed")
+
+
 class StoreLink:
     """What the controller does with its store: recording batches (recorder thread),
     the command poller and fencing (dispatcher thread), retention, reconciliation."""
@@ -93,6 +104,12 @@ class StoreLink:
         #: how many convergences queued writes so far (``flush`` waits for them)
         self.converged = 0
         self._converging = threading.RLock()
+
+    def detach(self) -> None:
+        """At the end of ``close``, once the dispatcher has ended and the recorder has
+        been told to: let go of the controller, so that the controller and its link do
+        not keep each other (and every task the controller holds) alive."""
+        self.ctl = _Detached()  # type: ignore[assignment]
 
     # ------------------------------------------------------------ retention
 
