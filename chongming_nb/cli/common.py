@@ -125,7 +125,8 @@ def _table(
     """Write ``rows`` as columns under ``header``; returns the widths. With ``widths``
     (a later part of a streamed table) the header is not repeated and the widths of the
     first part are kept (a longer cell pushes its line only)."""
-    cells = [[clean(c) for c in r] for r in rows]
+    # measured as written: a masked password is shorter than the one it hides
+    cells = [[out.mask(clean(c)) for c in r] for r in rows]
     if widths is None:
         cells.insert(0, [clean(c) for c in header])
         widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
@@ -194,6 +195,10 @@ class _Masked:
     def __init__(self, stream: TextIO, secrets: tuple[str, ...]) -> None:
         self._stream = stream
         self._secrets = secrets
+
+    def mask(self, text: str) -> str:
+        """``text`` as this stream would write it (for a caller that lays text out)."""
+        return redact(text, self._secrets)
 
     def write(self, text: str) -> int:
         return self._stream.write(redact(text, self._secrets))

@@ -431,3 +431,19 @@ def test_export_onto_the_store_itself_is_refused_and_the_store_kept(
     assert path.read_bytes() == before
     code, out, _ = run("--store", str(path), "ps")
     assert code == 0 and "ok1" in out
+
+
+def test_a_masked_cell_keeps_the_table_columns_aligned(tmp_path: Path) -> None:
+    # a task named after a connection URL: its password is masked before the columns are
+    # measured, so the row below it is not pushed out of line
+    store = SqliteStore(tmp_path / "t.db")
+    for tid, name in (("m1", "load postgresql://bob:hunter2hunter2@db/x"), ("m2", "plain")):
+        store.create(TaskSnapshot(task_id=tid, name=name, created_at=T0))
+    store.close()
+    code, out, _ = run("--store", str(tmp_path / "t.db"), "ps")
+    assert code == 0 and "hunter2" not in out and "postgresql://bob:***@db/x" in out
+    lines = out.splitlines()
+    assert len(lines) == 3
+    # every line has its STATUS column where the header has it
+    at = lines[0].index("STATUS")
+    assert all(line[at:].startswith("pending") for line in lines[1:]), out
