@@ -33,6 +33,7 @@ import traitlets
 
 from chongming_nb.core.errors import TaskNotFound
 from chongming_nb.core.models import TaskSnapshot
+from chongming_nb.core.states import TaskStatus
 from chongming_nb.notebook import schema as S
 from chongming_nb.notebook._subshell import route_to_sender
 from chongming_nb.notebook.older import (
@@ -450,9 +451,13 @@ class TaskTable(TableRequests, anywidget.AnyWidget):
         )
 
     def _rate_for(self, snap: TaskSnapshot) -> float | None:
-        """Feed the task's progress to the rate tracker; its rate (None when terminal)."""
+        """Feed the task's progress to the rate tracker; its rate (None when terminal).
+
+        A paused task's clock is stopped: its progress, saved with the pause and stamped
+        with its time, is not a sample (it would read as a stall and slow the rate and
+        the remaining time of a row that must stand still until it is resumed)."""
         prog = snap.progress
-        if prog is not None and (prog.done or prog.total):
+        if prog is not None and (prog.done or prog.total) and snap.status is not TaskStatus.PAUSED:
             at = prog.updated_at or self._clock.now()
             rate = self._rates.observe(snap.task_id, at.timestamp(), float(prog.done))
         else:

@@ -239,3 +239,26 @@ def test_rate_tracker_observe_returns_the_windowed_rate() -> None:
     assert r.observe("a", 5.0, 3.0) == pytest.approx(2.0)
     r.forget("a")
     assert r.rate("a") is None
+
+
+def test_a_paused_row_keeps_its_rate_and_eta(fctl: FakeController, clock: FakeClock) -> None:
+    # the controller saves a paused loop's progress with the status change (the count it
+    # reached, stamped with the time of the pause); the clock of a paused row is stopped,
+    # so that later stamp must not read as "no progress for a while" and slow the rate
+    tid = fctl.add("a", status="running", total=1000).task_id
+    t = board(fctl, clock)
+    for _ in range(5):
+        clock.advance(1.0)
+        fctl.bump(tid, 100)
+        t.flush(force=True)
+    running = {k: t.get_state()["rows"][0][k] for k in ("done", "rate", "eta")}
+    assert running["rate"] == pytest.approx(100.0)
+    assert fctl.apply(tid, "pause")[0]
+    fctl.settle(tid)
+    for _ in range(3):  # the paused loop's progress, stamped later, count unchanged
+        clock.advance(2.0)
+        fctl.bump(tid, 0)
+        t.flush(force=True)
+    row = t.get_state()["rows"][0]
+    assert row["status"] == "paused"
+    assert {k: row[k] for k in ("done", "rate", "eta")} == running
