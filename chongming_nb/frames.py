@@ -26,12 +26,12 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import fields
 from datetime import datetime
-from operator import attrgetter
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from chongming_nb.core._fast import column_reader
 from chongming_nb.core.models import AttemptRecord, FailureKind, TaskSnapshot, Transition
 from chongming_nb.core.states import TaskStatus
 
@@ -183,11 +183,6 @@ def _frame(
     return pd.DataFrame(cols)
 
 
-def _fields(records: Sequence[Any], names: Iterable[str]) -> dict[str, list[Any]]:
-    """The values of each attribute ``names`` of ``records``, by name."""
-    return {n: list(map(attrgetter(n), records)) for n in names}
-
-
 #: The columns read from a record's attribute of the same name.
 _SNAPSHOT_FIELDS = [
     c
@@ -201,13 +196,19 @@ _NAMED_FIELDS = {
 #: The fields of a controller history row (``control.book.history_row``): those of a
 #: Transition but its task_id, in order.
 HISTORY_ROW = tuple(f.name for f in fields(Transition))[1:]
+#: The columns read from records' attributes, by kind (``_fast.column_reader``).
+_READ_COLUMNS = {
+    "tasks": column_reader(TaskSnapshot, _SNAPSHOT_FIELDS),
+    "attempts": column_reader(AttemptRecord, _NAMED_FIELDS["attempts"]),
+    "transitions": column_reader(Transition, _NAMED_FIELDS["transitions"]),
+}
 
 
 def snapshots_frame(snaps: Iterable[TaskSnapshot]) -> pd.DataFrame:
     snaps = list(snaps)
     prog = [s.progress for s in snaps]
     fail = [s.failure for s in snaps]
-    values = _fields(snaps, _SNAPSHOT_FIELDS)
+    values = _READ_COLUMNS["tasks"](snaps)
     values["progress_done"] = [p.done if p else None for p in prog]
     values["progress_total"] = [p.total if p else None for p in prog]
     values["progress_unit"] = [p.unit if p else None for p in prog]
@@ -234,8 +235,9 @@ def _named_frame(
 ) -> pd.DataFrame:
     """The frame of ``kind`` of records of tasks (a ``task_id`` each), its "name"
     column the task's name in ``names``."""
-    values = _fields(records, _NAMED_FIELDS[kind])
-    values["name"] = [(names or {}).get(r.task_id) for r in records]
+    values = _READ_COLUMNS[kind](records)
+    name_of = (names or {}).get
+    values["name"] = [name_of(t) for t in values["task_id"]]
     return _frame(kind, values, _FROM_RECORDS)
 
 
@@ -249,7 +251,8 @@ def history_rows_frame(
     flat = [r for _, rows in tasks for r in rows]
     values = {name: [r[k] for r in flat] for k, name in enumerate(HISTORY_ROW)}
     values["task_id"] = ids
-    values["name"] = [(names or {}).get(t) for t in ids]
+    name_of = (names or {}).get
+    values["name"] = [name_of(t) for t in ids]
     return _frame("transitions", values, _FROM_RECORDS)
 
 

@@ -1,4 +1,5 @@
-"""Fast construction of frozen, slotted dataclasses.
+"""Fast construction of frozen, slotted dataclasses, and fast reading of their fields
+column by column (``column_reader``).
 
 A frozen dataclass's generated ``__init__`` writes each field with
 ``object.__setattr__`` (its own ``__setattr__`` refuses writes): about 0.15 µs per field,
@@ -28,7 +29,7 @@ Invariants:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -191,3 +192,26 @@ def evolver(cls: type[T], leading: tuple[str, ...] = ()) -> Callable[..., T]:
     exec(src, ns)
     fn: Callable[..., T] = ns["evolve"]
     return fn
+
+
+def column_reader(
+    cls: type, names: Sequence[str]
+) -> Callable[[Sequence[Any]], dict[str, list[Any]]]:
+    """``read(records) -> {name: [record.name for record in records], ...}`` for the
+    fields ``names`` of ``cls``: a DataFrame's columns from 100,000 records.
+
+    One list comprehension per field, generated from ``names``: in a comprehension
+    CPython specialises the attribute load to the slot it reads, where
+    ``map(attrgetter(name), records)`` looks the attribute up anew for every record
+    (about 1.5x the time over records spread through memory)."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    bad = [n for n in names if n not in known or not n.isidentifier()]
+    if bad or len(set(names)) != len(names):
+        raise TypeError(f"{cls.__name__}: not distinct fields: {list(names)}")
+    body = ", ".join(f"{n!r}: [r.{n} for r in records]" for n in names)
+    ns: dict[str, Any] = {}
+    exec(f"def read(records):\n    return {{{body}}}", ns)
+    read: Callable[[Sequence[Any]], dict[str, list[Any]]] = ns["read"]
+    read.__qualname__ = read.__name__ = f"read_{cls.__name__}_columns"
+    read.__module__ = cls.__module__
+    return read

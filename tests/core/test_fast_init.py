@@ -1,5 +1,6 @@
 """core._fast: frozen slotted dataclasses built through a layout twin are ordinary,
-frozen instances of their class, with the dataclass's own signature."""
+frozen instances of their class, with the dataclass's own signature; a column reader
+reads what the attributes hold."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from chongming_nb.core import events as ev
-from chongming_nb.core._fast import _twin, evolver, fast_init, maker
+from chongming_nb.core._fast import _twin, column_reader, evolver, fast_init, maker
 from chongming_nb.core.models import (
     AttemptRecord,
     Command,
@@ -236,3 +237,21 @@ def test_the_twin_is_a_subclass_that_adds_no_slots() -> None:
     assert twin.__bases__ == (TaskSnapshot,) and twin.__slots__ == ()
     assert twin.__basicsize__ == TaskSnapshot.__basicsize__
     assert _twin(TaskSnapshot) is twin  # one per class
+
+
+@given(st.lists(st.tuples(st.integers(), st.text(), st.lists(st.integers())), max_size=20))
+def test_a_column_reader_reads_each_field_of_each_record(
+    rows: list[tuple[int, str, list[int]]],
+) -> None:
+    records = [Plain(a, b, c) for a, b, c in rows]
+    read = column_reader(Plain, ["c", "a"])
+    cols = read(records)
+    assert list(cols) == ["c", "a"]  # in the order asked
+    assert cols["a"] == [r.a for r in records]
+    assert all(x is r.c for x, r in zip(cols["c"], records, strict=True))  # not copies
+
+
+@pytest.mark.parametrize("names", [["a", "nope"], ["a", "a"], ["a; import os"], ["__class__"]])
+def test_a_column_reader_takes_only_distinct_fields_of_its_class(names: list[str]) -> None:
+    with pytest.raises(TypeError, match="Plain: not distinct fields"):
+        column_reader(Plain, names)
