@@ -20,6 +20,7 @@ Invariants (checked by the property tests):
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable, Mapping
 from datetime import datetime
@@ -128,8 +129,9 @@ def _actor_of(trigger: str) -> str:
     return actor
 
 
-def _allowed_text(sources: frozenset[TaskStatus]) -> list[str]:
-    return sorted(s.value for s in sources)
+@functools.cache  # a few module-level sets; asked for every verb a row cannot take
+def _allowed_text(sources: frozenset[TaskStatus]) -> tuple[str, ...]:
+    return tuple(sorted(s.value for s in sources))
 
 
 class StateMachine:

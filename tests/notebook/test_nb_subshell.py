@@ -4,6 +4,8 @@ incoming message to the main shell whatever subshell the front end used."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -67,3 +69,31 @@ def test_every_table_routes_its_comm(fctl: Any, monkeypatch: pytest.MonkeyPatch)
         t = widget.TaskTable(fctl, autoflush=False)
         assert routed == [t.comm] and t.comm is not None
         t.close()
+
+
+def test_outside_a_kernel_a_table_does_not_import_ipykernel() -> None:
+    """A script (or a benchmark) that makes a table outside a kernel: the routing is not
+    needed there, and asking ipykernel's version must not import it (~0.13 s)."""
+    code = (
+        "import sys\n"
+        "from chongming_nb.testing.widgets import FakeController, recording_comms\n"
+        "from chongming_nb.notebook.widget import TaskTable\n"
+        "assert 'ipykernel' not in sys.modules, 'imported before the table'\n"
+        "from chongming_nb.runtime.clock import SystemClock\n"
+        "ctl = FakeController(clock=SystemClock())\n"
+        "ctl.add('a', status='running')\n"
+        "with recording_comms():\n"
+        "    TaskTable(ctl, kind='board').close()\n"
+        "print('ipykernel' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
+def test_the_version_is_read_from_the_loaded_ipykernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _subshell._ipykernel_major() == version_info[0]  # loaded by this module
+    monkeypatch.delitem(sys.modules, "ipykernel")
+    assert _subshell._ipykernel_major() is None
