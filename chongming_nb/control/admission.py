@@ -14,12 +14,15 @@ import heapq
 import itertools
 import threading
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
 
 from chongming_nb.control.book import TaskBook, TaskEntry
 from chongming_nb.core.errors import ConfigurationError
 from chongming_nb.core.policies import BucketPolicy, ConcurrencyPolicy
 from chongming_nb.core.states import TaskStatus
+
+L = TypeVar("L")
 
 #: A ready-heap entry: (-priority, submission sequence, task id).
 ReadyItem = tuple[int, int, str]
@@ -110,12 +113,14 @@ class Admission:
         if t.snap.bucket is not None:
             self.bucket_use[t.snap.bucket] -= 1
 
-    def admit(self) -> Iterator[TaskEntry]:
-        """Under the lock: the queued tasks that may start now, best first. Each one
-        yielded must take its slot before the next is looked at."""
+    def admit(self, start: Callable[[TaskEntry], L]) -> list[L]:
+        """Under the lock: ``start(t)`` for each queued task that may start now, best
+        first, and what each call returned. ``start`` takes the task's slot
+        (``take_slot``) before the next task is looked at."""
         ready = self.ready
         tasks = self.book.tasks
         limit = self.concurrency.max_parallel
+        started: list[L] = []
         skipped: list[ReadyItem] = []
         try:
             while ready and self.running + self.waking < limit:
@@ -130,10 +135,11 @@ class Admission:
                 if not self.fits(t):
                     skipped.append(item)  # no head-of-line blocking: look further
                     continue
-                yield t
+                started.append(start(t))
         finally:
             for item in skipped:
                 heapq.heappush(ready, item)
+        return started
 
     def note_status(self, t: TaskEntry) -> None:
         """After a status change: hold the task's run if its status says so (e.g.

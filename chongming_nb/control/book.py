@@ -28,7 +28,8 @@ the controller to them):
     it never takes this lock, so handing it a batch under the lock cannot deadlock.
 * Lock-free reads are allowed where a stale answer is harmless and is re-checked under
   the lock: ``outbox`` emptiness before a flush, the pending report queues, a launch
-  publishing ``TaskEntry.handle`` (see ``Launcher.launch``).
+  publishing ``TaskEntry.handle`` (see ``Launcher._go``), the entry ``wait()``
+  looks up (a task evicted meanwhile was finished: its entry still says so).
 * Nothing that can block on another thread (an executor launch, a store call, a user
   callback) runs under the lock, except the ``when=`` predicate of a pipeline node.
 * Order: a thread holding the lock never waits for the recorder (``flush`` is called

@@ -154,7 +154,7 @@ class Launcher:
         if self.book.shutting_down is not None:
             launches = []  # the process is going away: nothing new starts
         else:
-            launches = [self._prepare_launch(t) for t in self.admission.admit()]
+            launches = self.admission.admit(self._prepare_launch)
         self.book.flush_outbox()  # same critical section: one lock round-trip
         return launches
 

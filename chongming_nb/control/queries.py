@@ -297,8 +297,8 @@ class Queries(TaskLister):
         check_seconds("timeout", timeout)
         book = self.book
         attempts = self.attempts
-        with book.lock:
-            t_or_none = book.entry(task_id)
+        # (lock-free: what the lookup finds is looked at under the lock below)
+        t_or_none = book.entry(task_id)
         if t_or_none is None:
             return self.get(task_id)  # finished and left memory (or TaskNotFound)
         t = t_or_none
