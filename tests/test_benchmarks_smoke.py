@@ -1,4 +1,5 @@
-"""The benchmark runner at its tiny size, in-process, so the benchmarks never rot.
+"""The benchmark runner at its tiny size, so the benchmarks never rot (each module in a
+fresh interpreter, as the runner does by default).
 
 Not a performance test: it checks that every benchmark runs and that the table and the
 JSON report carry every metric (targets may pass or fail at this size).
@@ -89,12 +90,42 @@ def test_runner_reports_a_broken_module(runner, tmp_path: Path, monkeypatch) -> 
 
     monkeypatch.setattr(mem, "run", boom)
     out = io.StringIO()
-    code = runner.main(["--size", "tiny", "--only", "memory", "--json", str(tmp_path / "r.json")],
-                       out=out)  # fmt: skip
+    code = runner.main(["--size", "tiny", "--only", "memory", "--in-process",
+                        "--json", str(tmp_path / "r.json")], out=out)  # fmt: skip
     assert code == 1
     assert "ERROR" in out.getvalue() and "broken on purpose" in out.getvalue()
     report = json.loads((tmp_path / "r.json").read_text())
     assert "broken on purpose" in report["modules"]["memory"]["status"]
+
+
+def _fake_python(tmp_path: Path, body: str) -> str:
+    """An executable standing in for the interpreter ``run_isolated`` starts."""
+    exe = tmp_path / "python"
+    exe.write_text(f"#!{sys.executable}\nimport json, sys\nargs = sys.argv[1:]\n{body}\n")
+    exe.chmod(0o755)
+    return str(exe)
+
+
+def test_each_module_runs_in_a_fresh_interpreter(runner, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    row = {"metric": "m", "ours": 1.5, "peer": None, "ratio": None, "target": None,
+           "pass": None, "unit": "s", "module": "memory"}  # fmt: skip
+    seen = tmp_path / "argv.json"
+    python = _fake_python(
+        tmp_path,
+        f"open({str(seen)!r}, 'w').write(json.dumps(args))\n"
+        "answer = {'rows': [" + repr(row) + "], 'error': None, 'seconds': 0.25}\n"
+        "open(args[args.index('--module-json') + 1], 'w').write(json.dumps(answer))",
+    )
+    rows, err, secs = runner.run_isolated("memory", "tiny", python=python)
+    assert (rows, err, secs) == ([row], None, 0.25)
+    argv = json.loads(seen.read_text())
+    assert argv[:6] == ["-m", "benchmarks.run", "--module", "memory", "--size", "tiny"]
+
+
+def test_a_module_whose_interpreter_dies_is_reported(runner, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    python = _fake_python(tmp_path, "sys.exit(3)")
+    rows, err, _ = runner.run_isolated("memory", "tiny", python=python)
+    assert rows == [] and err == "run failed: its interpreter exited with 3"
 
 
 def test_memory_rss_rows_can_be_left_out(runner, monkeypatch) -> None:  # type: ignore[no-untyped-def]
