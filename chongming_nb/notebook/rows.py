@@ -55,6 +55,8 @@ class RateTracker:
     def __init__(self, window: int = _RATE_WINDOW) -> None:
         self._window = window
         self._samples: dict[str, deque[float]] = {}
+        #: paused tasks: (the rate before the pause, whether the new window has begun)
+        self._held: dict[str, tuple[float | None, bool]] = {}
 
     def observe(self, task_id: str, at_s: float, done: float) -> float | None:
         """Add a sample (ignored unless newer than the last; progress that went back, a
@@ -62,12 +64,21 @@ class RateTracker:
         q = self._samples.get(task_id)
         if q is None:
             q = self._samples[task_id] = deque(maxlen=2 * self._window)
+        held = self._held.get(task_id) if self._held else None
+        if held is not None and not held[1]:
+            # the first sample after a pause begins a new window: none measures the pause
+            q.clear()
+            q.append(at_s)
+            q.append(done)
+            self._held[task_id] = (held[0], True)
+            return held[0]
         if not q:
             q.append(at_s)
             q.append(done)
             return None
         t1, d1 = q[-2], q[-1]
         if done < d1:
+            self._held.pop(task_id, None)
             q.clear()
             q.append(at_s)
             q.append(done)
@@ -77,9 +88,23 @@ class RateTracker:
             q.append(done)
             t1, d1 = at_s, done
         t0 = q[0]
+        if held is not None:
+            if t1 <= t0:
+                return held[0]  # the new window has one sample: the rate before the pause
+            del self._held[task_id]
         return (d1 - q[1]) / (t1 - t0) if t1 > t0 else None
 
+    def pause(self, task_id: str) -> None:
+        """The task is paused: its next sample begins a new window (a window across the
+        pause would read as a slow rate after the resume); until that window has two
+        samples the rate is the one before the pause."""
+        if task_id in self._samples:
+            self._held[task_id] = (self.rate(task_id), False)
+
     def rate(self, task_id: str) -> float | None:
+        held = self._held.get(task_id) if self._held else None
+        if held is not None:
+            return held[0]
         q = self._samples.get(task_id)
         if not q or len(q) < 4:
             return None
@@ -90,6 +115,7 @@ class RateTracker:
 
     def forget(self, task_id: str) -> None:
         self._samples.pop(task_id, None)
+        self._held.pop(task_id, None)
 
 
 #: Row fields that follow a task's progress (and its last log line); the rest of a row

@@ -455,9 +455,13 @@ class TaskTable(TableRequests, anywidget.AnyWidget):
 
         A paused task's clock is stopped: its progress, saved with the pause and stamped
         with its time, is not a sample (it would read as a stall and slow the rate and
-        the remaining time of a row that must stand still until it is resumed)."""
+        the remaining time of a row that must stand still until it is resumed), and the
+        samples after the resume are measured from the resume on."""
         prog = snap.progress
-        if prog is not None and (prog.done or prog.total) and snap.status is not TaskStatus.PAUSED:
+        if snap.status is TaskStatus.PAUSED:
+            self._rates.pause(snap.task_id)  # after the resume, a new window
+            rate = self._rates.rate(snap.task_id)
+        elif prog is not None and (prog.done or prog.total):
             at = prog.updated_at or self._clock.now()
             rate = self._rates.observe(snap.task_id, at.timestamp(), float(prog.done))
         else:

@@ -262,3 +262,41 @@ def test_a_paused_row_keeps_its_rate_and_eta(fctl: FakeController, clock: FakeCl
     row = t.get_state()["rows"][0]
     assert row["status"] == "paused"
     assert {k: row[k] for k in ("done", "rate", "eta")} == running
+
+
+def test_a_resumed_row_reads_its_rate_from_after_the_pause(
+    fctl: FakeController, clock: FakeClock
+) -> None:
+    # 100 units/s before a 60 s pause and after it: the first samples after the resume
+    # must not be measured across the pause (that read ~15/s and an ETA of a minute)
+    tid = fctl.add("a", status="running", total=10_000).task_id
+    t = board(fctl, clock)
+    for _ in range(5):
+        clock.advance(1.0)
+        fctl.bump(tid, 100)
+        t.flush(force=True)
+    assert t.get_state()["rows"][0]["rate"] == pytest.approx(100.0)
+    assert fctl.apply(tid, "pause")[0]
+    fctl.settle(tid)
+    t.flush(force=True)
+    clock.advance(60.0)
+    assert fctl.apply(tid, "resume")[0]
+    rates = []
+    for _ in range(3):
+        clock.advance(1.0)
+        fctl.bump(tid, 100)
+        t.flush(force=True)
+        rates.append(t.get_state()["rows"][0]["rate"])
+    assert rates == [pytest.approx(100.0)] * 3
+
+
+def test_rate_tracker_starts_a_new_window_after_a_pause() -> None:
+    r = RateTracker(window=4)
+    for s in range(4):
+        r.observe("a", float(s), 10.0 * s)
+    r.pause("a")
+    assert r.rate("a") == pytest.approx(10.0)  # kept while paused
+    assert r.observe("a", 100.0, 30.0) == pytest.approx(10.0)  # one sample: the old rate
+    assert r.observe("a", 101.0, 50.0) == pytest.approx(20.0)  # from after the pause only
+    r.pause("b")  # a task never seen: nothing to keep
+    assert r.rate("b") is None
