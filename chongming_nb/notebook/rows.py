@@ -94,12 +94,14 @@ class RateTracker:
             del self._held[task_id]
         return (d1 - q[1]) / (t1 - t0) if t1 > t0 else None
 
-    def pause(self, task_id: str) -> None:
+    def pause(self, task_id: str) -> float | None:
         """The task is paused: its next sample begins a new window (a window across the
         pause would read as a slow rate after the resume); until that window has two
-        samples the rate is the one before the pause."""
+        samples the rate is the one before the pause. Returns that rate."""
+        rate = self.rate(task_id)
         if task_id in self._samples:
-            self._held[task_id] = (self.rate(task_id), False)
+            self._held[task_id] = (rate, False)
+        return rate
 
     def rate(self, task_id: str) -> float | None:
         held = self._held.get(task_id) if self._held else None

@@ -454,13 +454,11 @@ class TaskTable(TableRequests, anywidget.AnyWidget):
         """Feed the task's progress to the rate tracker; its rate (None when terminal).
 
         A paused task's clock is stopped: its progress, saved with the pause and stamped
-        with its time, is not a sample (it would read as a stall and slow the rate and
-        the remaining time of a row that must stand still until it is resumed), and the
-        samples after the resume are measured from the resume on."""
+        later, is not a sample (it would slow the rate and the ETA of a row that must
+        stand still), and after the resume the rate is measured from the resume on."""
         prog = snap.progress
         if snap.status is TaskStatus.PAUSED:
-            self._rates.pause(snap.task_id)  # after the resume, a new window
-            rate = self._rates.rate(snap.task_id)
+            rate = self._rates.pause(snap.task_id)
         elif prog is not None and (prog.done or prog.total):
             at = prog.updated_at or self._clock.now()
             rate = self._rates.observe(snap.task_id, at.timestamp(), float(prog.done))

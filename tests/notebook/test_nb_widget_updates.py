@@ -294,9 +294,9 @@ def test_rate_tracker_starts_a_new_window_after_a_pause() -> None:
     r = RateTracker(window=4)
     for s in range(4):
         r.observe("a", float(s), 10.0 * s)
-    r.pause("a")
+    assert r.pause("a") == pytest.approx(10.0)
     assert r.rate("a") == pytest.approx(10.0)  # kept while paused
     assert r.observe("a", 100.0, 30.0) == pytest.approx(10.0)  # one sample: the old rate
     assert r.observe("a", 101.0, 50.0) == pytest.approx(20.0)  # from after the pause only
-    r.pause("b")  # a task never seen: nothing to keep
+    assert r.pause("b") is None  # a task never seen: nothing to keep
     assert r.rate("b") is None
