@@ -241,24 +241,39 @@ def test_rate_tracker_observe_returns_the_windowed_rate() -> None:
     assert r.rate("a") is None
 
 
+def _counting(
+    fctl: FakeController,
+    clock: FakeClock,
+    t: TaskTable,
+    tid: str,
+    *,
+    ticks: int,
+    step: int,
+    seconds: float = 1.0,
+) -> list[float | None]:
+    """Advance ``tid`` by ``step`` units every ``seconds``, ``ticks`` times, flushing the
+    table after each; the row's rate after each flush."""
+    rates = []
+    for _ in range(ticks):
+        clock.advance(seconds)
+        fctl.bump(tid, step)
+        t.flush(force=True)
+        rates.append(t.get_state()["rows"][0]["rate"])
+    return rates
+
+
 def test_a_paused_row_keeps_its_rate_and_eta(fctl: FakeController, clock: FakeClock) -> None:
     # the controller saves a paused loop's progress with the status change (the count it
     # reached, stamped with the time of the pause); the clock of a paused row is stopped,
     # so that later stamp must not read as "no progress for a while" and slow the rate
     tid = fctl.add("a", status="running", total=1000).task_id
     t = board(fctl, clock)
-    for _ in range(5):
-        clock.advance(1.0)
-        fctl.bump(tid, 100)
-        t.flush(force=True)
+    assert _counting(fctl, clock, t, tid, ticks=5, step=100)[-1] == pytest.approx(100.0)
     running = {k: t.get_state()["rows"][0][k] for k in ("done", "rate", "eta")}
-    assert running["rate"] == pytest.approx(100.0)
     assert fctl.apply(tid, "pause")[0]
     fctl.settle(tid)
-    for _ in range(3):  # the paused loop's progress, stamped later, count unchanged
-        clock.advance(2.0)
-        fctl.bump(tid, 0)
-        t.flush(force=True)
+    # the paused loop's progress, stamped later, count unchanged
+    _counting(fctl, clock, t, tid, ticks=3, step=0, seconds=2.0)
     row = t.get_state()["rows"][0]
     assert row["status"] == "paused"
     assert {k: row[k] for k in ("done", "rate", "eta")} == running
@@ -271,22 +286,13 @@ def test_a_resumed_row_reads_its_rate_from_after_the_pause(
     # must not be measured across the pause (that read ~15/s and an ETA of a minute)
     tid = fctl.add("a", status="running", total=10_000).task_id
     t = board(fctl, clock)
-    for _ in range(5):
-        clock.advance(1.0)
-        fctl.bump(tid, 100)
-        t.flush(force=True)
-    assert t.get_state()["rows"][0]["rate"] == pytest.approx(100.0)
+    assert _counting(fctl, clock, t, tid, ticks=5, step=100)[-1] == pytest.approx(100.0)
     assert fctl.apply(tid, "pause")[0]
     fctl.settle(tid)
     t.flush(force=True)
     clock.advance(60.0)
     assert fctl.apply(tid, "resume")[0]
-    rates = []
-    for _ in range(3):
-        clock.advance(1.0)
-        fctl.bump(tid, 100)
-        t.flush(force=True)
-        rates.append(t.get_state()["rows"][0]["rate"])
+    rates = _counting(fctl, clock, t, tid, ticks=3, step=100)
     assert rates == [pytest.approx(100.0)] * 3
 
 
