@@ -419,6 +419,9 @@ class tqdm(Generic[T]):
         self._cell = False
         self._deferred = False
         self._gone = False
+        #: the Stopped of a loop nested in this one, on its way out through this loop
+        #: (``_boundary``): this loop ends stopped with it, unless it goes on iterating
+        self._inner_stop: Stopped | None = None
         #: what this loop's running batch iterates over (``_batches``); emptied: it ends
         self._guard: list[Any] = []
         #: the tracked loops of the thread that made this one, outer first (``_cut``)
@@ -496,6 +499,7 @@ class tqdm(Generic[T]):
         counter = count(0)
         try:
             while not hinted or left:
+                self._inner_stop = None  # (iterating again: a Stopped inside was caught)
                 guard[:] = repeat(it if hinted else None, batch)
                 if self._flagged() and self._boundary():
                     return
@@ -536,6 +540,7 @@ class tqdm(Generic[T]):
             self._end(exc)
             raise
         else:
+            self._inner_stop = None  # every item done: not ended by a stop inside
             self._end(None)
         finally:
             guard.clear()  # (it holds the loop's iterator)
@@ -595,14 +600,17 @@ class tqdm(Generic[T]):
                 if loop is self and self.on_stop == "break":
                     return True
                 show_stops_neutrally()
-                raise Stopped(
+                stop = Stopped(
                     loop._name,
                     loop.n,
                     loop.total,
                     monotonic() - loop._start,
                     by=by,
                     task_id=loop._rec.task_id if loop._rec is not None else None,
-                ) from None
+                )
+                for lp in self._chain[:i]:
+                    lp._inner_stop = stop
+                raise stop from None
             self._not_worked(monotonic() - blocked)
         return False
 
@@ -686,6 +694,17 @@ class tqdm(Generic[T]):
             return
         if self._ended:
             return
+        inner, self._inner_stop = self._inner_stop, None
+        if inner is not None and exc is None:
+            exc = inner  # (a ``for`` cannot see what made it let go: this did)
+        if isinstance(exc, Stopped) and self._deferred and exc is not inner:
+            exc = None  # another loop's stop, after this one was left (a break) in its cell
+        if isinstance(exc, TaskCancelled):
+            # a stop on its way out through this loop (a loop in its body, the checkpoint
+            # of a stopped task): this loop ends with it, stopped, not failed by it
+            why = f"its inner loop {exc.name!r} stopped" if isinstance(exc, Stopped) else None
+            self._end_stopped(why or str(exc) or "stopped")
+            return
         self._ended = True
         if self._rec is not None:
             if exc is None:
@@ -731,8 +750,7 @@ class tqdm(Generic[T]):
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
-        if isinstance(exc, TaskCancelled):
-            return  # a stop: ended already
+        # (a stop of this loop ended it already; one from inside it ends it here)
         self._end(exc if isinstance(exc, BaseException) else None)
 
     # --------------------------------------------------------------- tqdm's API

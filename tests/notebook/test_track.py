@@ -278,6 +278,66 @@ def test_leaving_the_loop_early_succeeds_with_tqdms_count(ctl: cn.Controller) ->
     assert snap.progress is not None and snap.progress.done == 4
 
 
+def test_an_inner_loops_stop_stops_the_with_bar_it_passes_through(ctl: cn.Controller) -> None:
+    """A stop is not an error, also for the loops its Stopped leaves on the way out: the
+    ``with`` bar around a stopped inner loop used to stay RUNNING (and on the thread's
+    stack), and in a kernel the cell's end failed it with the Stopped as its error."""
+    with pytest.raises(cn.Stopped), cn.tqdm(total=3, desc="outer", controller=ctl) as outer:
+        inner = cn.track(range(100), desc="inner", controller=ctl)
+        for j in inner:
+            if j == 5:
+                ctl.stop(inner.task_id)  # type: ignore[arg-type]
+    assert outer.task_id is not None and inner.task_id is not None
+    snap = ctl.get(outer.task_id)
+    assert (snap.status, snap.failure) == (S.STOPPED, None)
+    why = end_summary(snap)[1]
+    assert why is not None and "inner loop 'inner'" in why
+    assert ctl.get(inner.task_id).status is S.STOPPED
+    from chongming_nb.notebook import track as T
+
+    assert T._stack() == []  # nothing left behind for the next loop of the thread
+
+
+def test_an_inner_loops_stop_stops_the_for_loop_it_passes_through(ctl: cn.Controller) -> None:
+    outer = cn.track(range(3), desc="outer", controller=ctl)
+    with pytest.raises(cn.Stopped):
+        for _ in outer:
+            inner = cn.track(range(100), desc="inner", controller=ctl)
+            for j in inner:
+                if j == 5:
+                    ctl.stop(inner.task_id)  # type: ignore[arg-type]
+    assert outer.task_id is not None
+    snap = ctl.get(outer.task_id)
+    assert (snap.status, snap.failure) == (S.STOPPED, None)
+    assert snap.progress is not None and snap.progress.done == 0  # its item was not done
+
+
+def test_an_outer_loop_that_catches_its_inner_loops_stop_goes_on(ctl: cn.Controller) -> None:
+    outer = cn.track(range(3), desc="outer", controller=ctl)
+    for i in outer:
+        try:
+            inner = cn.track(range(100), desc="inner", controller=ctl)
+            for j in inner:
+                if i == 0 and j == 5:
+                    ctl.stop(inner.task_id)  # type: ignore[arg-type]
+        except cn.Stopped:
+            pass
+    assert outer.task_id is not None
+    snap = ctl.get(outer.task_id)
+    assert snap.status is S.SUCCEEDED and outer.n == 3
+
+
+def test_a_task_cancelled_through_a_with_bar_stops_it(ctl: cn.Controller) -> None:
+    # e.g. ctx.checkpoint() of a task stopped while its body ran a bar
+    with pytest.raises(cn.TaskCancelled), cn.tqdm(total=3, controller=ctl) as bar:
+        bar.update()
+        raise cn.TaskCancelled("the task was stopped")
+    assert bar.task_id is not None
+    snap = ctl.get(bar.task_id)
+    assert (snap.status, snap.failure) == (S.STOPPED, None)
+    assert snap.progress is not None and snap.progress.done == 1
+
+
 def _numbers(n: int) -> Iterator[int]:
     yield from range(n)
 

@@ -113,6 +113,29 @@ def test_a_loop_in_a_notebook_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyP
             "print(json.dumps({'seen': seen, 'status': str(t.status),\n"
             "                  'restored': signal.getsignal(signal.SIGINT) is before,\n"
             "                  'attempts': int((ctl.attempts_df().executor == 'loop').sum())}))",
+            # 8: a stop of an inner loop: its Stopped leaves the outer loop on the way out
+            "outer = cn.track(range(3), desc='outer')\n"
+            "for i in outer:\n"
+            "    inner = cn.track(range(100), desc='inner')\n"
+            "    for j in inner:\n"
+            "        if j == 5:\n"
+            "            ctl.stop(inner.task_id)",
+            # 9: ... the outer loop ended stopped, not failed
+            "o = ctl.get(outer.task_id)\n"
+            "print(json.dumps({'status': str(o.status), 'failure': o.failure is not None,\n"
+            "                  'inner': str(ctl.get(inner.task_id).status)}))",
+            # 10: one loop left by a break, then another stopped in the same cell
+            "first = cn.track(range(10), desc='first')\n"
+            "for i in first:\n"
+            "    if i == 2:\n"
+            "        break\n"
+            "second = cn.track(range(100), desc='second')\n"
+            "for j in second:\n"
+            "    if j == 5:\n"
+            "        ctl.stop(second.task_id)",
+            # 11: ... the first loop's break stands: succeeded, not ended by the stop after it
+            "print(json.dumps({'first': str(ctl.get(first.task_id).status),\n"
+            "                  'second': str(ctl.get(second.task_id).status)}))",
         ],
         tmp_path,
     )
@@ -146,6 +169,10 @@ def test_a_loop_in_a_notebook_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert twice["seen"] == list(range(6)) and twice["restored"] is True
     assert twice["status"] == "stopped"  # a person's interrupt, not a failure
     assert twice["attempts"] == 4
+    # the outer loop of a stopped inner one is stopped too, not failed by its Stopped
+    assert _errors(out[8]) == []
+    assert _json(out[9]) == {"status": "stopped", "failure": False, "inner": "stopped"}
+    assert _json(out[11]) == {"first": "succeeded", "second": "stopped"}
 
 
 def test_without_a_front_end_a_text_bar_and_no_task(tmp_path: Path) -> None:
