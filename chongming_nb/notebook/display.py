@@ -14,14 +14,9 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypedDict, Unpack
 
+from chongming_nb.notebook.outputs import SNAPSHOT_MIME, SNAPSHOT_ROWS, WIDGET_MIME
 from chongming_nb.notebook.rows import render_html, render_plain
-from chongming_nb.notebook.widget import (
-    SNAPSHOT_MIME,
-    SNAPSHOT_ROWS,
-    WIDGET_MIME,
-    ControllerLike,
-    TaskTable,
-)
+from chongming_nb.notebook.widget import ControllerLike, TaskTable
 
 __all__ = [
     "SNAPSHOT_MIME",

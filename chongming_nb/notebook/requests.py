@@ -1,6 +1,7 @@
 """The messages a task table takes from its front end: clicks on a row's verbs, bulk
-verbs, detail (logs and traceback) requests and sync requests, validated against
-:mod:`chongming_nb.notebook.schema`, applied through the controller and acknowledged.
+verbs, detail (logs and traceback) requests, sync requests and word that a view was
+drawn, validated against :mod:`chongming_nb.notebook.schema`, applied through the
+controller and acknowledged.
 
 A mixin of :class:`chongming_nb.notebook.widget.TaskTable` (its state is the table's).
 """
@@ -15,6 +16,7 @@ from typing import Any
 from chongming_nb.core.errors import TaskNotFound
 from chongming_nb.notebook import schema as S
 from chongming_nb.notebook.older import Older, add_counts
+from chongming_nb.notebook.outputs import saw_view
 from chongming_nb.notebook.rows import epoch_ms, summarize
 
 log = logging.getLogger("chongming_nb.notebook")
@@ -63,6 +65,8 @@ class TableRequests:
             self._handle_bulk(req)
         elif isinstance(req, S.DetailRequest):
             self._handle_detail(req)
+        elif isinstance(req, S.ViewDrawn):
+            saw_view()  # (no answer: the view has the rows it was drawn with)
         else:
             self._send_full()
 

@@ -21,7 +21,8 @@ from typing import Any
 
 import traitlets
 
-from chongming_nb.notebook.widget import SNAPSHOT_MIME, ControllerLike, TaskTable
+from chongming_nb.notebook.outputs import SNAPSHOT_MIME
+from chongming_nb.notebook.widget import ControllerLike, TaskTable
 
 log = logging.getLogger("chongming_nb.notebook")
 

@@ -12,6 +12,7 @@ Messages, front end -> kernel (custom widget messages)::
     {"type": "bulk",   "action": "pause"|"resume"|"stop", "request_id": <int>}
     {"type": "detail", "task_id": <str>, "request_id": <int>}     # logs + traceback
     {"type": "sync",   "request_id": <int>}                        # resend full state
+    {"type": "view",   "request_id": <int>}     # a view was drawn (no answer; outputs.py)
 
 Messages, kernel -> front end::
 
@@ -83,7 +84,7 @@ VERB_LABELS: Final[Mapping[str, str]] = {
     "skip": "Skip",
 }
 
-CLIENT_TYPES: Final[tuple[str, ...]] = ("action", "bulk", "detail", "sync")
+CLIENT_TYPES: Final[tuple[str, ...]] = ("action", "bulk", "detail", "sync", "view")
 SERVER_TYPES: Final[tuple[str, ...]] = ("ack", "patch", "full", "detail", "ping")
 
 #: The kernel pings every widget that has sent nothing for this long (from a background
@@ -206,13 +207,21 @@ class SyncRequest:
     request_id: int
 
 
-ClientMessage = ActionRequest | BulkRequest | DetailRequest | SyncRequest
+@dataclass(frozen=True, slots=True)
+class ViewDrawn:
+    """A front end drew a view of the table: someone sees the live widget."""
+
+    request_id: int
+
+
+ClientMessage = ActionRequest | BulkRequest | DetailRequest | SyncRequest | ViewDrawn
 
 _ALLOWED_KEYS: Final[Mapping[str, frozenset[str]]] = {
     "action": frozenset({"type", "action", "task_id", "request_id", "key"}),
     "bulk": frozenset({"type", "action", "request_id"}),
     "detail": frozenset({"type", "task_id", "request_id"}),
     "sync": frozenset({"type", "request_id"}),
+    "view": frozenset({"type", "request_id"}),
 }
 
 
@@ -263,6 +272,8 @@ def parse_client_message(msg: object) -> ClientMessage:
         return BulkRequest(action=action, request_id=rid)
     if mtype == "detail":
         return DetailRequest(task_id=_task_id(msg), request_id=rid)
+    if mtype == "view":
+        return ViewDrawn(request_id=rid)
     return SyncRequest(request_id=rid)
 
 

@@ -46,6 +46,7 @@ from chongming_nb.notebook.older import (
     status_matches,
     where_hint,
 )
+from chongming_nb.notebook.outputs import Publisher, TableOutputs, publish_update
 from chongming_nb.notebook.requests import TableRequests
 from chongming_nb.notebook.rows import (
     RateTracker,
@@ -54,8 +55,6 @@ from chongming_nb.notebook.rows import (
     controller_pauses,
     epoch_ms,
     progress_fields,
-    render_html,
-    render_plain,
     status_key,
     summarize,
 )
@@ -84,35 +83,10 @@ def front_end(static: Path, name: str, unbuilt: str) -> Path | str:
     return path if path.is_file() else unbuilt
 
 
-WIDGET_MIME = S.WIDGET_MIME
-SNAPSHOT_MIME = S.SNAPSHOT_MIME
-#: Rows a saved snapshot (html table, snapshot json) carries at most.
-SNAPSHOT_ROWS = 200
-
-#: ``publish(data, display_id)``: sends ``update_display_data`` for one display.
-Publisher = Callable[[dict[str, Any], str], None]
-
 #: Statuses whose arrival rewrites a table's saved output at once (and leaving PAUSED:
 #: a resume): a task finished, was stopped or paused. Other changes (queued -> running)
 #: wait for the full-state refresh.
 SETTLED_STATUSES: frozenset[str] = frozenset({*S.TERMINAL_STATUSES, "paused"})
-#: The share of one core that rewriting a table's saved output may take: after one that
-#: took ``c`` seconds of CPU, the next settled change waits ``c / SNAPSHOT_CPU_SHARE``
-#: (a small table's saved output follows every flush; 10,000 tasks finishing at once are
-#: coalesced to one rewrite every second or so, and the last one always follows).
-SNAPSHOT_CPU_SHARE = 0.02
-
-
-def publish_update(data: dict[str, Any], display_id: str) -> None:
-    """Update one notebook output in place (IPython's display publisher; any thread).
-    Nothing happens outside a kernel."""
-    from IPython.core.interactiveshell import InteractiveShell
-
-    if not InteractiveShell.initialized():
-        return
-    InteractiveShell.instance().display_pub.publish(
-        data=data, metadata={}, transient={"display_id": display_id}, update=True
-    )
 
 
 class Clockish(Protocol):
@@ -304,7 +278,7 @@ def _list_query(query: Mapping[str, Any], limit: int | None) -> dict[str, Any]:
     return q
 
 
-class TaskTable(TableRequests, anywidget.AnyWidget):
+class TaskTable(TableRequests, TableOutputs, anywidget.AnyWidget):
     """A live table of tasks: a single task (``kind="task"``), a pipeline run (``"run"``)
     or a board (``"board"``). One model, whatever the number of rows."""
 
@@ -379,7 +353,7 @@ class TaskTable(TableRequests, anywidget.AnyWidget):
         self._last_sent = float("-inf")  # time.monotonic() of the last custom message
         # notebook outputs showing this table (display ids): their saved snapshot is
         # rewritten at once when a row finishes, pauses or resumes (before the patch that
-        # shows it; see SNAPSHOT_CPU_SHARE), and on other status changes at the rate of
+        # shows it; see outputs.SNAPSHOT_CPU_SHARE), and on other status changes at the rate of
         # the full-state trait
         self._display_ids: list[str] = []
         self._publish: Publisher = publish_update
@@ -753,113 +727,6 @@ class TaskTable(TableRequests, anywidget.AnyWidget):
         self._next_full = now + self._full_interval(len(rows))
         if self._snapshot_stale and self._display_ids:
             self._update_displays()
-
-    # ------------------------------------------------------------------ saved output
-
-    def snapshot_data(self, rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        """The static part of this table's output: ``text/plain``, an escaped
-        ``text/html`` table (nbconvert, GitHub) and :data:`SNAPSHOT_MIME` (rows as data,
-        for the JupyterLab extension when the widget's model is gone)."""
-        with self._lock:
-            if rows is None:
-                rows = self.current_rows()  # (the lock is re-entrant)
-                self._bundled_seq = self._seq
-            hidden = dict(self._older.hidden)
-        at = self._clock.now()
-        title = self.title_text or None
-        older = {"hidden": hidden, "where": self.hidden_where}
-        tracebacks: dict[str, str] = {}
-        for row in rows[:SNAPSHOT_ROWS]:
-            if row.get("has_tb") and len(tracebacks) < 50:
-                with contextlib.suppress(Exception):
-                    failure = self._ctl.get(str(row["id"])).failure
-                    if failure is not None and failure.traceback:
-                        tracebacks[str(row["id"])] = failure.traceback
-        data: dict[str, Any] = {
-            "text/plain": render_plain(rows, title=title, at=at, **older),
-            "text/html": render_html(
-                rows, title=title, at=at, tracebacks=tracebacks, limit=SNAPSHOT_ROWS, **older
-            ),
-            SNAPSHOT_MIME: {
-                "version": S.SCHEMA_VERSION,
-                "kind": self.kind,
-                "title": self.title_text,
-                "model_id": self.model_id,
-                "rows": rows[:SNAPSHOT_ROWS],
-                "total_rows": len(rows) + sum(hidden.values()),
-                "summary": add_counts(summarize(rows), hidden),
-                "at": epoch_ms(at),
-            },
-        }
-        return data
-
-    def bundle(self) -> dict[str, Any]:
-        """Everything an output of this table holds: the live widget view and the
-        static snapshot of the current rows."""
-        data = self.snapshot_data()
-        if self.comm is not None:
-            data[WIDGET_MIME] = {"version_major": 2, "version_minor": 1, "model_id": self.model_id}
-        return data
-
-    def keep_display_updated(self, display_id: str, publish: Publisher | None = None) -> None:
-        """Update the output ``display_id`` (``update_display_data``) when rows change
-        status, so a saved notebook and its html export hold the final state: at once
-        when a row finishes, pauses or resumes, with the full-state refresh otherwise."""
-        if publish is not None:
-            self._publish = publish
-        with self._lock:
-            if display_id not in self._display_ids:
-                self._display_ids.append(display_id)
-            # a status changed in a patch after the bundle this output was displayed
-            # with (a task that ended at once): the output is behind, rewrite it now
-            # (progress alone never rewrites an output)
-            behind = self._bundled_seq < self._changed_seq
-        if behind:
-            with self._flush_lock:
-                self._update_displays()
-
-    def rewrite_now(self) -> None:
-        """Rewrite the outputs now, after a flush in flight (its older rows must not land last)."""
-        with self._lock:
-            self._dirty.update(self._rows)
-        self.flush(force=True)
-        with self._flush_lock:
-            self._update_displays()
-
-    def _update_displays(self) -> None:
-        """Rewrite every output showing this table with its current snapshot; the next
-        rewrite for a settled change waits in proportion to what this one cost."""
-        self._snapshot_stale = False
-        self._snapshot_urgent = False
-        if not self._display_ids:
-            return
-        cpu0 = self._cpu_time()
-        data = self.bundle()
-        for display_id in list(self._display_ids):
-            try:
-                with self._send_lock:
-                    if self._closed:
-                        return
-                    self._publish(data, display_id)
-            except Exception:
-                log.debug("updating the saved output failed", exc_info=True)
-        cost = max(0.0, self._cpu_time() - cpu0)
-        self._next_snapshot = self._clock.monotonic() + cost / SNAPSHOT_CPU_SHARE
-
-    def _repr_mimebundle_(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-        """``ctl.board()`` as a cell's value: the widget plus the static snapshot (an
-        html table in nbconvert, not an object repr)."""
-        return self.bundle(), {}
-
-    def _ipython_display_(self) -> None:
-        """Displayed with a display id, kept up to date as rows change status."""
-        import uuid
-
-        from IPython.display import display
-
-        display_id = uuid.uuid4().hex
-        display(self.bundle(), raw=True, display_id=display_id)
-        self.keep_display_updated(display_id)
 
     def get_state(self, key: Any = None) -> dict[str, Any]:
         """Answer state requests (a page reload) with the current rows, not the last

@@ -77,7 +77,7 @@ export function isControlVerb(verb: string): verb is ControlVerb {
 export const SCHEMA_VERSION = 1;
 
 // the hash of the kernel's schema_for_js(); a widget compares it with its kernel's
-export const SCHEMA_HASH = "2b8f277fb7e66dc7";
+export const SCHEMA_HASH = "574577aeafc428c5";
 
 export interface RowFailure {
   kind: string;
@@ -188,7 +188,7 @@ export const PERSON_ENDED_STATUSES: readonly TaskStatus[] = ["stopped", "cancell
 
 export const BULK_VERBS: readonly ControlVerb[] = ["pause", "resume", "stop"];
 
-export const CLIENT_TYPES = ["action", "bulk", "detail", "sync"] as const;
+export const CLIENT_TYPES = ["action", "bulk", "detail", "sync", "view"] as const;
 
 export const SERVER_TYPES = ["ack", "patch", "full", "detail", "ping"] as const;
 

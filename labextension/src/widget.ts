@@ -959,6 +959,13 @@ function render({ model, el }: { model: Model; el: HTMLElement }): () => void {
   replaceAll(model.get('rows'), model.get('rows_seq') ?? 0, model.get('rows_at'));
   checkLive();
   paint();
+  // someone sees this kernel's widgets: its tables keep the live view in the outputs
+  // they rewrite (chongming_nb/notebook/outputs.py)
+  try {
+    send({ type: 'view' });
+  } catch {
+    // a model with no kernel behind it (a page exported with its widget state)
+  }
 
   return () => {
     clearInterval(ticker);

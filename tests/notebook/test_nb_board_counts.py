@@ -16,7 +16,8 @@ from _board import patches
 import chongming_nb as cn
 from chongming_nb.notebook import display
 from chongming_nb.notebook.older import STORED_HINT, UNSTORED_HINT
-from chongming_nb.notebook.widget import SNAPSHOT_MIME, TaskTable
+from chongming_nb.notebook.outputs import SNAPSHOT_MIME
+from chongming_nb.notebook.widget import TaskTable
 from chongming_nb.testing.widgets import recording_comms
 
 CAP = 50

@@ -15,11 +15,22 @@ from IPython.core.displaypub import CapturingDisplayPublisher
 from IPython.core.interactiveshell import InteractiveShell
 
 import chongming_nb as cn
-from chongming_nb.notebook import display, widget
+from chongming_nb.notebook import display, outputs, widget
 from chongming_nb.notebook import schema as S
-from chongming_nb.notebook.widget import SNAPSHOT_MIME, WIDGET_MIME, TaskTable
+from chongming_nb.notebook.outputs import SNAPSHOT_MIME, WIDGET_MIME
+from chongming_nb.notebook.widget import TaskTable
 from chongming_nb.testing import FakeClock
 from chongming_nb.testing.widgets import FakeController, recording_comms
+
+
+@pytest.fixture(autouse=True)
+def front_end(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A kernel of a notebook session (JupyterLab), unless a test says otherwise; no view
+    drawn before or after a test."""
+    monkeypatch.setenv("JPY_SESSION_NAME", "/work/analysis.ipynb")
+    outputs.forget_views()
+    yield
+    outputs.forget_views()
 
 
 class Published:
@@ -352,3 +363,73 @@ def test_progress_between_the_bundle_and_the_display_id_rewrites_nothing(
     t.keep_display_updated("d", publish=pub)
     assert pub.updates == []
     t.close()
+
+
+# ------------------------------------------------------ no one to see the live view
+
+
+def test_with_no_front_end_the_rewritten_output_holds_no_widget_view(
+    fctl: FakeController, clock: FakeClock, comms: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nbclient (``nbconvert --execute``, papermill) saves the state of every widget model
+    it saw, and nbconvert then renders an output's widget view instead of its html: the
+    export showed an empty space where the table was. With no front end, the rewritten
+    output is the static table."""
+    monkeypatch.delenv("JPY_SESSION_NAME")
+    tid, t, pub = shown_task(fctl, clock, "extract", 200)
+    fctl.fail(tid, "boom")
+    t.flush(force=True)
+    (data, _), *_ = pub.updates
+    assert set(data) == {"text/plain", "text/html", SNAPSHOT_MIME}
+    assert ">failed<" in data["text/html"]
+    t.close()
+
+
+def test_a_drawn_view_keeps_the_widget_view_in_the_rewritten_output(
+    fctl: FakeController, clock: FakeClock, comms: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A front end that names no notebook session but draws widgets says so when a view
+    renders (``{"type": "view"}``): from then on, the outputs keep the live view."""
+    monkeypatch.delenv("JPY_SESSION_NAME")
+    tid, t, pub = shown_task(fctl, clock, "extract", 200)
+    t._on_custom_msg(t, {"type": "view", "request_id": 1})
+    assert outputs.draws_widgets()
+    assert not [m for m in comms[0].custom_messages() if m.get("type") == "ack"]  # no answer
+    fctl.fail(tid, "boom")
+    t.flush(force=True)
+    (data, _), *_ = pub.updates
+    assert data[WIDGET_MIME]["model_id"] == t.model_id
+    t.close()
+
+
+def test_with_no_front_end_the_cells_end_rewrites_its_tables_static(
+    shell: CapturingDisplayPublisher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table whose rows had finished before it was shown (``ctl.board()`` as the last
+    line) has no status change to rewrite it: the end of its cell does, when no view of
+    it was drawn by then."""
+    monkeypatch.delenv("JPY_SESSION_NAME")
+    ip = InteractiveShell.instance()
+    ctl = cn.Controller(executor="inline")
+    try:
+        with recording_comms():
+            ctl.submit(lambda: 1, name="load").wait(30)
+            ip.display_formatter.format(ctl.board())
+            first = shell.outputs[-1]
+            assert WIDGET_MIME in first["data"]  # (a client that draws it says so later)
+            ip.events.trigger("post_run_cell", None)
+            last = shell.outputs[-1]
+            assert last["update"] is True
+            assert last["transient"]["display_id"] == first["transient"]["display_id"]
+            assert set(last["data"]) == {"text/plain", "text/html", SNAPSHOT_MIME}
+            assert ">succeeded<" in last["data"]["text/html"]
+            # a front end drew a view in time: the next cell's end leaves the output alone
+            (table,) = [w for w in _tables() if w.kind == "board"]
+            n = len(shell.outputs)
+            table.keep_display_updated(first["transient"]["display_id"])
+            table._on_custom_msg(table, {"type": "view", "request_id": 1})
+            ip.events.trigger("post_run_cell", None)
+            assert len(shell.outputs) == n
+            table.close()
+    finally:
+        ctl.close()

@@ -45,6 +45,7 @@ def test_schema_for_js_is_plain_json_and_complete() -> None:
         ({"type": "bulk", "action": "stop", "request_id": 0}, S.BulkRequest("stop", 0)),
         ({"type": "detail", "task_id": "t1", "request_id": 7}, S.DetailRequest("t1", 7)),
         ({"type": "sync", "request_id": 3}, S.SyncRequest(3)),
+        ({"type": "view", "request_id": 4}, S.ViewDrawn(4)),
     ],
 )
 def test_valid_messages_parse(msg: dict[str, Any], expected: object) -> None:

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 import chongming_nb as cn
+from chongming_nb.notebook.outputs import SNAPSHOT_MIME, WIDGET_MIME
 from chongming_nb.notebook.run_graph import RunTable
-from chongming_nb.notebook.widget import SNAPSHOT_MIME, WIDGET_MIME
 from chongming_nb.testing.widgets import recording_comms
 
 
