@@ -417,3 +417,8 @@ def test_failed_attempt_keeps_traceback() -> None:
     assert isinstance(o.exception, KeyError)
     assert o.traceback is not None and "missing column" in o.traceback and "bad" in o.traceback
     assert o.exception_type == "builtins.KeyError"
+    # it starts at the task's own code: the executor's frames above it are not the task's
+    assert "chongming_nb" not in o.traceback, o.traceback
+    assert o.traceback.splitlines()[1].endswith(", in bad")
+    assert o.exception.__traceback__ is not None
+    assert o.exception.__traceback__.tb_frame.f_code.co_name == "bad"

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from types import FrameType
 from typing import Any, Literal, Protocol
 
 from chongming_nb.core.errors import TaskCancelled
@@ -143,6 +144,38 @@ def describe_failure(exc: BaseException) -> tuple[str, str, str]:
     return message, trace, qualified
 
 
+#: Where this package's code lives: its frames at the head of a task's traceback are the
+#: executor's (see ``from_the_task``); those of ``chongming_nb.testing`` are tasks.
+_PACKAGE_DIR = str(Path(__file__).resolve().parents[2]) + "/"
+_TESTING_DIR = _PACKAGE_DIR + "testing/"
+
+
+def _ours(frame: FrameType) -> bool:
+    name = frame.f_code.co_filename
+    return name.startswith(_PACKAGE_DIR) and not name.startswith(_TESTING_DIR)
+
+
+def from_the_task(exc: BaseException) -> BaseException:
+    """``exc`` with its traceback starting at the task's own code.
+
+    The frames above it are ours (the executor that called the task, a pipeline's node
+    wrapper): noise in the traceback a person reads in a row, ``chongming attempts`` or
+    ``%debug`` after ``h.result()``. A traceback that is ours all the way down (the task
+    never ran) is kept whole; so is one that cannot be read. Never raises.
+
+    (It does not free the controller from the exception it keeps: each frame of the task
+    still refers to its caller's, ``f_back``, up the worker thread's stack, so a closed
+    controller with a failed task waits for the cyclic garbage collector, as a
+    ``concurrent.futures`` executor with a failed future does.)"""
+    try:
+        head = exc.__traceback__
+        while head is not None and _ours(head.tb_frame):
+            head = head.tb_next
+        return exc if head is None else exc.with_traceback(head)
+    except BaseException:  # user code: a traceback that cannot be read stays as it is
+        return exc
+
+
 def failed_outcome(exc: BaseException, prefix: str = "") -> Outcome:
     """The ``failed`` outcome of an exception, however badly it behaves."""
     message, trace, qualified = describe_failure(exc)
@@ -202,4 +235,4 @@ def _run_attempt(
             "cancelled", message=_safe_str(exc) or "stopped", exception_type="TaskCancelled"
         )
     except BaseException as exc:  # user code: keep everything, including the traceback
-        return failed_outcome(exc)
+        return failed_outcome(from_the_task(exc))
