@@ -80,6 +80,13 @@ def quoted(value: object) -> str:
     return f"'{clean(value)}'"
 
 
+def json_time(value: datetime) -> str:
+    """A time in the JSON the CLI writes: ISO-8601 in UTC, always with its microseconds
+    (``2026-03-01T12:00:01.000000+00:00``: ``isoformat()`` drops a zero fraction, and a
+    script reading a fixed format broke on one time in a million)."""
+    return value.astimezone(UTC).isoformat(timespec="microseconds")
+
+
 def to_jsonable(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, str)):
         return value
@@ -88,7 +95,7 @@ def to_jsonable(value: Any) -> Any:
     if isinstance(value, Enum):
         return value.value
     if isinstance(value, datetime):
-        return value.isoformat()
+        return json_time(value)
     if is_dataclass(value) and not isinstance(value, type):
         return {f.name: to_jsonable(getattr(value, f.name)) for f in fields(value)}
     if isinstance(value, Mapping):

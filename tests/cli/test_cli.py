@@ -186,7 +186,13 @@ def test_ps_filters_and_json(db: tuple[str, SqliteStore]) -> None:
     assert code == EXIT_OK
     rows = json.loads(out)
     assert [r["task_id"] for r in rows] == ["q1"]
-    assert rows[0]["tags"] == ["io"] and rows[0]["created_at"] == T0.isoformat()
+    # times: UTC with every digit, also when they fall on a whole second (isoformat()
+    # drops a zero fraction: a script reading a fixed format broke on those)
+    assert rows[0]["tags"] == ["io"] and rows[0]["created_at"] == "2026-02-01T09:00:00.000000+00:00"
+    code, out, _ = run("--store", url, "--json", "attempts", "f1")
+    (attempt,) = json.loads(out)
+    assert attempt["started_at"] == "2026-02-01T09:00:00.000000+00:00"
+    assert attempt["ended_at"] == "2026-02-01T09:00:03.000000+00:00"
     code, out, _ = run("--store", url, "--json", "ps", "--active")
     assert [r["task_id"] for r in json.loads(out)] == ["q1"]
     code, _, err = run("--store", url, "ps", "--status", "bogus")
