@@ -109,6 +109,8 @@ class Reading(CliBase):
                 break
         if a.json:
             self.out.write("\n]\n" if shown else "]\n")
+            if after is not None:  # (stdout stays one JSON array; the way on, for a person)
+                self.err.write(f"(more: --after {after})\n")
             return EXIT_OK
         if not shown:
             self.out.write("(no tasks)\n")

@@ -52,6 +52,25 @@ def test_limit_pages_follow_each_other_by_cursor(tmp_path: Path) -> None:
     assert seen == newest
 
 
+def test_json_pages_follow_each_other_by_the_cursor_on_stderr(tmp_path: Path) -> None:
+    """``--json`` keeps stdout one JSON array; the cursor of the next page, which the table
+    prints last, goes to stderr (it was nowhere: a JSON page was a dead end)."""
+    db = tmp_path / "t.db"
+    newest = _store(db, 23)
+    seen: list[str] = []
+    argv = ["--store", str(db), "--json", "ps", "--limit", "10"]
+    code, out, err = run(*argv)
+    while True:
+        assert code == 0
+        seen += [r["task_id"] for r in json.loads(out)]
+        if not err:
+            break
+        assert err.startswith("(more: --after ") and err.endswith(")\n"), err
+        cursor = err.removeprefix("(more: --after ").removesuffix(")\n")
+        code, out, err = run(*argv, "--after", cursor)
+    assert seen == newest
+
+
 def test_limit_zero_streams_every_task_in_order(tmp_path: Path) -> None:
     db = tmp_path / "t.db"
     newest = _store(db, 2_345)  # more than two stream pages
