@@ -569,9 +569,10 @@ class Controller(TaskLister):
 
         Drains first: the dispatcher finishes what it is doing (a store command it
         applied is completed in the store) and is joined, then everything recorded so
-        far is written. A controller with a store is also closed this way when the
-        interpreter exits, so a script that ends right after its last task loses
-        nothing."""
+        far is written, and the executors' idle worker threads have ended (a thread
+        still running a task ends with it). A controller with a store is also closed this
+        way when the interpreter exits, so a script that ends right after its last task
+        loses nothing."""
         self._life.close(timeout)
 
     def board(self, **filters: Any) -> Any:

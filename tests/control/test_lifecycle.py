@@ -18,6 +18,7 @@ from ctl_helpers import Gate, Rig, failing_task, wait_status, wait_until
 from chongming_nb import (
     AttemptFailed,
     ConcurrencyPolicy,
+    Controller,
     Exponential,
     FailureKind,
     FatalError,
@@ -462,3 +463,20 @@ def test_gate_helper_sanity() -> None:
     g = Gate()
     g.release()
     assert g.event.is_set()
+
+
+def test_close_ends_the_idle_worker_threads() -> None:
+    """``close()`` returns with the thread executor's idle workers gone, not still on their
+    way out (``ThreadPoolExecutor.shutdown`` waits for its threads too)."""
+    before = set(threading.enumerate())
+    ctl = Controller(concurrency=ConcurrencyPolicy(max_parallel=4))
+    gate = threading.Barrier(4, timeout=10)  # four tasks at once: four workers
+    handles = [ctl.submit(gate.wait) for _ in range(4)]
+    for h in handles:
+        h.result(timeout=10)
+    workers = [
+        t for t in set(threading.enumerate()) - before if t.name.startswith("chongming-task")
+    ]
+    assert len(workers) == 4
+    ctl.close()
+    assert [t.name for t in workers if t.is_alive()] == []

@@ -15,6 +15,7 @@ import itertools
 import logging
 import queue
 import threading
+import time
 
 from chongming_nb.runtime.cancellation import CancellationToken
 from chongming_nb.runtime.executors._local import TokenHandle
@@ -26,6 +27,9 @@ from chongming_nb.runtime.executors.base import (
 )
 
 _IDLE_SECONDS = 30.0
+#: How long ``shutdown`` waits in all for the idle workers to leave (they leave at once;
+#: one finishing its last report may take a moment).
+_SHUTDOWN_WAIT = 5.0
 log = logging.getLogger("chongming_nb.executors")
 _names = itertools.count(1)
 
@@ -170,10 +174,22 @@ class ThreadExecutor:
         return True
 
     def shutdown(self) -> None:
+        """Tell the idle workers to leave, and wait (at most ``_SHUTDOWN_WAIT`` seconds in
+        all) until they have: a closed controller leaves no thread of ours behind. A
+        worker still running a task is not waited for (an uncooperative one may never
+        end; it leaves when its task does)."""
         self._closed = True
+        leaving: list[_Worker] = []
         while True:
             try:
                 w = self._idle.pop()
             except IndexError:
-                return
+                break
             w.jobs.put(None)
+            leaving.append(w)
+        deadline = time.monotonic() + _SHUTDOWN_WAIT
+        me = threading.current_thread()
+        for w in leaving:
+            # (not a task's own worker closing its controller; not one never started)
+            if w.thread is not me and w.thread.is_alive():
+                w.thread.join(max(0.0, deadline - time.monotonic()))
