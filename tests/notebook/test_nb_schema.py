@@ -106,7 +106,7 @@ def test_fuzzed_messages_raise_only_schema_error(msg: object) -> None:
         parsed = S.parse_client_message(msg)
     except S.SchemaError:
         return
-    assert isinstance(parsed, S.ActionRequest | S.BulkRequest | S.DetailRequest | S.SyncRequest)
+    assert isinstance(parsed, S.ClientMessage)  # (the union of every message type)
 
 
 def test_css_knows_tones_not_statuses() -> None:
