@@ -13,9 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import nbformat
 import pytest
-from nbclient import NotebookClient
+from _executed import executed
 from nbconvert import HTMLExporter
 
 CELLS = [
@@ -31,24 +30,14 @@ CELLS = [
 def _executed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
     monkeypatch.setenv("CHONGMING_STORE", str(tmp_path / "tasks.db"))
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(src) for src in CELLS]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
-    NotebookClient(
-        nb,
-        timeout=180,
-        iopub_timeout=180,  # (see test_track_kernel: wait for each cell's last output)
-        raise_on_iopub_timeout=True,
-        kernel_name="python3",
-        resources={"metadata": {"path": str(tmp_path)}},
-    ).execute()
-    return nb
+    return executed(CELLS, tmp_path)
 
 
 def test_an_executed_notebook_exports_its_tables_with_their_final_rows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     nb = _executed(tmp_path, monkeypatch)
+    assert [o for c in nb.cells for o in c.outputs if o["output_type"] == "error"] == []
     # nbclient kept the widget state (its default): what made nbconvert pick the views
     assert nb.metadata.get("widgets")
     row, board = nb.cells[1].outputs, nb.cells[3].outputs

@@ -16,29 +16,12 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-import nbformat
 import pytest
-from nbclient import NotebookClient
+from _executed import executed
 
 
 def _run(cells: list[str], tmp_path: Path) -> list[Any]:
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(src) for src in cells]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
-    NotebookClient(
-        nb,
-        timeout=180,
-        # after a cell's reply nbclient waits iopub_timeout (4 s by default) for the rest
-        # of its outputs, then goes on without them, saying only a log warning: under
-        # load the kernel's IOPub thread sent the final update of a loop's output later
-        # than that, and the cell kept its first state. Wait for the cell's idle status.
-        iopub_timeout=180,
-        raise_on_iopub_timeout=True,
-        kernel_name="python3",
-        allow_errors=True,
-        resources={"metadata": {"path": str(tmp_path)}},
-    ).execute()
-    return [c.outputs for c in nb.cells]
+    return [c.outputs for c in executed(cells, tmp_path).cells]
 
 
 def _json(outputs: list[Any]) -> Any:
