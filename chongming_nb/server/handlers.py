@@ -31,6 +31,7 @@ from chongming_nb.server.listing import MAX_LIMIT, BadQuery, Page, parse_listing
 from chongming_nb.server.pictures import run_graph, task_timeline
 from chongming_nb.server.serialize import (
     command_info,
+    iso,
     owner_row,
     parse_owner,
     pause_clocks,
@@ -216,7 +217,7 @@ class TasksHandler(_Base):
                     "totals": {k.value: v for k, v in page.totals.items()},
                     "cursor": cursor,
                     "sessions": sessions,
-                    "now": self.cm.clock.now().isoformat(),
+                    "now": iso(self.cm.clock.now()),
                 }
             )
 
@@ -438,7 +439,7 @@ class FeedHandler(_Base):
                     "removed": answer.removed,
                     "counts": {k.value: v for k, v in answer.counts.items()},
                     "sessions": sessions,
-                    "now": self.cm.clock.now().isoformat(),
+                    "now": iso(self.cm.clock.now()),
                 }
             )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from chongming_nb.control.ownership import OwnerId, refusal
@@ -20,7 +20,9 @@ log = logging.getLogger("chongming_nb.server")
 
 
 def iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
+    """A time in the API's JSON: ISO-8601 in UTC, always with its microseconds (the
+    same width for a time on a whole second, which ``isoformat()`` writes shorter)."""
+    return None if value is None else value.astimezone(UTC).isoformat(timespec="microseconds")
 
 
 def parse_owner(owner: str | None) -> tuple[str | None, int | None, str | None]:

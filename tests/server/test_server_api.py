@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 from helpers_server import Claimer, put_task, register_owner
 from tornado.httpclient import HTTPClientError
 
-from chongming_nb.core.models import CommandState, Progress
+from chongming_nb.core.models import AttemptRecord, CommandState, Progress
 from chongming_nb.core.state_machine import CONTROL_VERBS, StateMachine
 from chongming_nb.core.states import TaskStatus
 from chongming_nb.notebook import schema as NS
 from chongming_nb.runtime.clock import SYSTEM_CLOCK
+from chongming_nb.server.serialize import attempt_row
 from chongming_nb.stores import SqliteStore
 
 S = TaskStatus
@@ -121,6 +123,17 @@ async def test_listing_pages_by_cursor(jp_fetch, two_kernels):
 async def test_bad_listing_queries_are_400(jp_fetch, two_kernels, params, needle):
     code, body = await fail(jp_fetch, "tasks", **params)
     assert code == 400 and needle in body["message"]
+
+
+def test_api_times_have_one_width() -> None:
+    """ISO-8601 UTC with microseconds, also on a whole second (``isoformat()`` cut the
+    fraction there: a reader of a fixed format broke on one time in a million)."""
+    whole = datetime(2026, 2, 1, 9, 0, tzinfo=UTC)
+    row = attempt_row(
+        AttemptRecord("t", 1, whole, ended_at=whole.astimezone(timezone(timedelta(hours=8))))
+    )
+    assert row["started_at"] == "2026-02-01T09:00:00.000000+00:00"
+    assert row["ended_at"] == "2026-02-01T09:00:00.000000+00:00"  # (in UTC)
 
 
 async def test_task_details(jp_fetch, two_kernels):
