@@ -87,6 +87,18 @@ def json_time(value: datetime) -> str:
     return value.astimezone(UTC).isoformat(timespec="microseconds")
 
 
+#: Characters JSON lets through raw that a terminal or a JavaScript reader may act on:
+#: the C1 controls (U+0080-U+009F; U+009B is a terminal's CSI) and the line and paragraph
+#: separators. Only strings can hold them, so their escapes keep the JSON the same.
+_RAW_UNSAFE = {c: f"\\u{c:04x}" for c in (*range(0x80, 0xA0), 0x2028, 0x2029)}
+
+
+def json_text(value: Any) -> str:
+    """``value`` as the CLI's JSON: indented, non-ASCII text as it is, except the
+    characters of ``_RAW_UNSAFE``, escaped."""
+    return json.dumps(to_jsonable(value), indent=2, ensure_ascii=False).translate(_RAW_UNSAFE)
+
+
 def to_jsonable(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, str)):
         return value
@@ -265,7 +277,7 @@ class CliBase:
             self._store.close()
 
     def emit_json(self, value: Any) -> None:
-        self.out.write(json.dumps(to_jsonable(value), indent=2, ensure_ascii=False) + "\n")
+        self.out.write(json_text(value) + "\n")
 
     def gone(self, snaps: Sequence[TaskSnapshot], *, finished: bool = False) -> dict[str, str]:
         """``task id -> why its owner is provably gone`` among ``snaps`` (the unfinished

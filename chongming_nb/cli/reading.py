@@ -23,6 +23,7 @@ from chongming_nb.cli.common import (
     _table,
     _when,
     clean,
+    json_text,
     quoted,
     statuses_of,
     to_jsonable,
@@ -98,7 +99,7 @@ class Reading(CliBase):
             if a.json:
                 for s in snaps:
                     sep = ",\n" if shown else "\n"
-                    item = json.dumps(_with_gone(s, gone), indent=2, ensure_ascii=False)
+                    item = json_text(_with_gone(s, gone))
                     self.out.write(sep + textwrap.indent(item, "  "))
                     shown += 1
             else:

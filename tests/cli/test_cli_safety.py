@@ -447,3 +447,20 @@ def test_a_masked_cell_keeps_the_table_columns_aligned(tmp_path: Path) -> None:
     # every line has its STATUS column where the header has it
     at = lines[0].index("STATUS")
     assert all(line[at:].startswith("pending") for line in lines[1:]), out
+
+
+@pytest.mark.parametrize("argv", [["ps"], ["status", "c1"]])
+def test_json_escapes_the_characters_a_terminal_acts_on(tmp_path: Path, argv: list[str]) -> None:
+    """A task named with a C1 control (U+009B is a terminal's CSI) or a line separator:
+    JSON lets them through raw, and ``--json`` in a terminal would act on them. They are
+    escaped; the name reads back the same."""
+    db = tmp_path / "t.db"
+    name = "extract\x9b31mred\u2028rows, é"
+    store = SqliteStore(db)
+    store.create(TaskSnapshot(task_id="c1", name=name, created_at=datetime(2026, 2, 1, tzinfo=UTC)))
+    store.close()
+    code, text, err = run("--store", str(db), "--json", *argv)
+    assert code == 0, err
+    assert "\x9b" not in text and "\u2028" not in text and "é" in text
+    shown = json.loads(text)
+    assert (shown[0] if isinstance(shown, list) else shown)["name"] == name
