@@ -190,9 +190,8 @@ def settle_runs(
     if owners is None:
         owners = {o.owner_id: o for o in store.owners()}
     settled: list[str] = []
-    for rec in store.list_runs():
-        if rec.status not in RUN_OPEN:
-            continue
+    # the open runs only: a store of many finished runs is not read (nor decoded) whole
+    for rec in store.list_runs(status=RUN_OPEN):
         snaps = store.query(TaskQuery(pipeline_run_id=rec.run_id))
         if any(s.status not in TERMINAL for s in snaps):
             continue  # its tasks are not all settled: its owner's, or left alone

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -787,9 +787,19 @@ class SqlStore(StoreBase):
         r = self._one(f"SELECT {_cols(codec.RUN_COLUMNS)} FROM runs WHERE run_id = ?", (run_id,))
         return None if r is None else codec.row_to_run(r)
 
-    def list_runs(self, limit: int | None = None) -> list[RunRecord]:
-        sql = f"SELECT {_cols(codec.RUN_COLUMNS)} FROM runs ORDER BY created_at DESC"
+    def list_runs(
+        self, limit: int | None = None, *, status: Collection[str] | None = None
+    ) -> list[RunRecord]:
+        sql = f"SELECT {_cols(codec.RUN_COLUMNS)} FROM runs"
         params: list[Any] = []
+        if status is not None:
+            chosen = sorted(set(status))
+            if not chosen:
+                return []
+            cond, more = self.dialect.in_list("status", chosen)
+            sql += f" WHERE {cond}"
+            params += more
+        sql += " ORDER BY created_at DESC"
         if limit is not None:
             sql += " LIMIT ?"
             params.append(max(0, limit))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
@@ -452,10 +452,16 @@ class InMemoryStore(StoreBase):
             self._check_open()
             return self._runs.get(run_id)
 
-    def list_runs(self, limit: int | None = None) -> list[RunRecord]:
+    def list_runs(
+        self, limit: int | None = None, *, status: Collection[str] | None = None
+    ) -> list[RunRecord]:
         with self._lock:
             self._check_open()
-            runs = sorted(self._runs.values(), key=lambda r: r.created_at, reverse=True)
+            chosen = self._runs.values()
+            if status is not None:
+                wanted = set(status)
+                chosen = [r for r in chosen if r.status in wanted]  # type: ignore[assignment]
+            runs = sorted(chosen, key=lambda r: r.created_at, reverse=True)
         return runs if limit is None else runs[:limit]
 
     # ------------------------------------------------------------------- ops

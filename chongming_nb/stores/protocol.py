@@ -39,7 +39,7 @@ Conventions shared by all backends (the contract suite in
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -405,8 +405,11 @@ class TaskStore(Protocol):
 
     def get_run(self, run_id: str) -> RunRecord | None: ...
 
-    def list_runs(self, limit: int | None = None) -> list[RunRecord]:
-        """Newest first by ``created_at``."""
+    def list_runs(
+        self, limit: int | None = None, *, status: Collection[str] | None = None
+    ) -> list[RunRecord]:
+        """Newest first by ``created_at``; ``status``: only the runs in one of these
+        statuses (recovery reads the open ones of a store of many finished runs)."""
         ...
 
     # ------------------------------------------------------------ ops

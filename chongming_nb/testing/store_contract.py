@@ -706,6 +706,15 @@ class CommandCases:
         expect(store.get_run("zz") is None, "unknown run: None")
         expect_eq([r.run_id for r in store.list_runs()], ["r2", "r1"], "newest first")
         expect_eq([r.run_id for r in store.list_runs(limit=1)], ["r2"], "limit")
+        store.save_run(RunRecord("r3", "hourly", "running", at(4), at(5), {}))
+        expect_eq(
+            [r.run_id for r in store.list_runs(status={"running", "failed"})],
+            ["r3", "r1"],
+            "status: the runs in one of these statuses, newest first",
+        )
+        expect_eq([r.run_id for r in store.list_runs(status=["paused"])], [], "status: none")
+        expect_eq(store.list_runs(status=()), [], "status: an empty choice")
+        expect_eq([r.run_id for r in store.list_runs(1, status={"running"})], ["r3"], "both")
 
 
 class OperationCases:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 from ctl_helpers import Rig, wait_status
@@ -318,3 +320,40 @@ def test_a_status_change_keeps_the_heartbeat_the_store_was_given(
     for s in (other.get(h.id), ctl.get(h.id)):
         assert s is not None and s.status is S.RUNNING
         assert s.last_heartbeat_at == beat.last_heartbeat_at, "the heartbeat went back"
+
+
+def test_recovery_reads_only_the_open_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store of many finished pipeline runs: the reconcile of every new controller
+    read and decoded all of them (0.6 s for 10,000 runs of 10 nodes) to find the open
+    ones. Only open runs are read now; the finished ones are never decoded."""
+    from datetime import timedelta
+
+    from chongming_nb.control.recovery import reconcile_store
+    from chongming_nb.stores import SqliteStore, _codec
+    from chongming_nb.stores.protocol import OwnerRecord, RunRecord
+    from chongming_nb.testing import FakeClock
+
+    t0 = FakeClock().now()
+    store = SqliteStore(tmp_path / "t.db")
+    for i in range(300):
+        at = t0 + timedelta(seconds=i)
+        store.save_run(RunRecord(f"done-{i}", "etl", "succeeded", at, at, {"owner": FAR}))
+    store.save_run(RunRecord("open", "etl", "running", t0, t0, {"owner": FAR}))
+    # its owner, on another host, last heard of an hour before the reconcile: gone
+    store.upsert_owner(OwnerRecord(FAR, "far-away", 1, None, t0, t0))
+    decoded: list[str] = []
+    real = _codec.row_to_run
+
+    def counting(row: Any) -> RunRecord:
+        rec = real(row)
+        decoded.append(rec.run_id)
+        return rec
+
+    monkeypatch.setattr(_codec, "row_to_run", counting)
+    later = FakeClock(t0 + timedelta(hours=1))
+    report = reconcile_store(store, later, me="reconciler", lease_seconds=1, grace=1)
+    assert report["runs"] == ["open"]
+    assert not [r for r in decoded if r.startswith("done-")]
+    rec = store.get_run("open")
+    assert rec is not None and rec.status == RUN_LOST
+    store.close()
