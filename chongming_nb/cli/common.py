@@ -96,7 +96,9 @@ _RAW_UNSAFE = {c: f"\\u{c:04x}" for c in (*range(0x80, 0xA0), 0x2028, 0x2029)}
 def json_text(value: Any) -> str:
     """``value`` as the CLI's JSON: indented, non-ASCII text as it is, except the
     characters of ``_RAW_UNSAFE``, escaped."""
-    return json.dumps(to_jsonable(value), indent=2, ensure_ascii=False).translate(_RAW_UNSAFE)
+    text = json.dumps(to_jsonable(value), indent=2, ensure_ascii=False)
+    # (ASCII text holds none of them: `ps --json` of a big store skips the translation)
+    return text if text.isascii() else text.translate(_RAW_UNSAFE)
 
 
 def to_jsonable(value: Any) -> Any:
