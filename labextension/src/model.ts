@@ -12,9 +12,11 @@ import {
   ListingRow,
   tasksQuery
 } from './api';
-import { ControlVerb, FEED_MAX_WAIT_S, LIST_MAX_ROWS, TASK_STATUSES, isTerminal } from './contract';
+import { ControlVerb, FEED_MAX_WAIT_S, LIST_MAX_ROWS, TASK_STATUSES, TaskStatus, isTerminal } from './contract';
 
 const UNFINISHED = TASK_STATUSES.filter(s => !isTerminal(s));
+/** The statuses the status bar counts as failed (`countStatuses`). */
+export const FAILED_STATUSES: readonly TaskStatus[] = ['failed', 'lost'];
 
 /** What the model remembers about a command it sent. */
 export interface PendingCommand {
@@ -124,18 +126,22 @@ export class TaskModel {
   }
 
   /**
-   * Replace everything with a fresh listing: the newest `limit` tasks and every
-   * unfinished one, however old (the feed then follows their changes).
+   * Replace everything with a fresh listing: the newest `limit` tasks, and every
+   * unfinished and every failed one, however old (the status bar counts them for a
+   * kernel: a failure before the newest `limit` tasks counts too; the feed then follows
+   * their changes).
    */
   async refresh(): Promise<void> {
     try {
-      const [answer, live] = await Promise.all([
+      const [answer, live, failed] = await Promise.all([
         this._client.listTasks(tasksQuery({ limit: this._limit })),
-        this._client.listTasks(tasksQuery({ status: UNFINISHED, limit: LIST_MAX_ROWS }))
+        this._client.listTasks(tasksQuery({ status: UNFINISHED, limit: LIST_MAX_ROWS })),
+        this._client.listTasks(tasksQuery({ status: FAILED_STATUSES, limit: LIST_MAX_ROWS }))
       ]);
       this._clear();
       this._merge(answer.tasks);
       this._merge(live.tasks);
+      this._merge(failed.tasks);
       this._setClock(answer.now);
       this._setSessions(answer.sessions);
       this._storeCounts = answer.totals ?? this._storeCounts;

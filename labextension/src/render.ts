@@ -6,6 +6,7 @@
  * never as markup.
  */
 import { AttemptRow, LogRow, TaskDetail, TransitionRow } from './api';
+import { FAILED_STATUSES } from './model';
 import {
   ControlVerb,
   ListingRow,
@@ -111,7 +112,7 @@ export function countStatuses(rows: Iterable<ListingRow>, kernelId: string | nul
       counts.running += 1;
     } else if (row.status === 'paused') {
       counts.paused += 1;
-    } else if (row.status === 'failed' || row.status === 'lost') {
+    } else if (FAILED_STATUSES.includes(row.status)) {
       counts.failed += 1;
     }
   }

@@ -2,8 +2,10 @@ import { describe, expect, it } from 'vitest';
 
 import { CommandInfo, FeedResponse, ITasksClient, TaskDetail, TasksResponse } from '../src/api';
 import { ControlVerb } from '../src/contract';
+import { ListingRow } from '../src/contract';
 import { TaskModel } from '../src/model';
-import { row } from './fixtures';
+import { countStatuses } from '../src/render';
+import { row, T0 } from './fixtures';
 
 class FakeClient implements ITasksClient {
   listing: TasksResponse = { tasks: [], counts: {}, cursor: 1, sessions: {}, now: '2026-01-01T00:00:00Z' };
@@ -47,7 +49,38 @@ class FakeClient implements ITasksClient {
   }
 }
 
+/** Answers a listing as the server does: the rows of the asked statuses, newest first, at most `limit`. */
+class StoreClient extends FakeClient {
+  rows: ListingRow[] = [];
+  async listTasks(query?: string): Promise<TasksResponse> {
+    const params = new URLSearchParams(query ?? '');
+    const statuses = params.get('status')?.split(',') ?? null;
+    const limit = Number(params.get('limit') ?? 500);
+    const rows = this.rows
+      .filter(r => statuses === null || statuses.includes(r.status))
+      .sort((a, b) => (b.created ?? 0) - (a.created ?? 0))
+      .slice(0, limit);
+    return { ...this.listing, tasks: rows };
+  }
+}
+
 describe('TaskModel', () => {
+  it("counts a kernel's failures older than the newest tasks listed", async () => {
+    // a 3,000-item map of this kernel in which the first items failed: the newest 2,000
+    // tasks listed held none of them, and the status bar said "0 failed"
+    const client = new StoreClient();
+    const old = (i: number, status: ListingRow['status']) =>
+      row({ id: `f${i}`, status, kernel_id: 'k1', created: T0 + i });
+    client.rows = [old(0, 'failed'), old(1, 'lost')];
+    for (let i = 0; i < 3000; i++) {
+      client.rows.push(row({ id: `s${i}`, status: 'succeeded', kernel_id: 'k1', created: T0 + 100 + i }));
+    }
+    const model = new TaskModel({ client, retryDelayMs: 1 });
+    await model.refresh();
+    expect(countStatuses(model.tasks, 'k1')).toEqual({ running: 0, paused: 0, failed: 2 });
+  });
+
+
   it('loads, applies feed changes and ignores stale rows', async () => {
     const client = new FakeClient();
     client.listing.tasks = [row({ id: 'a', version: 5 }), row({ id: 'b' })];

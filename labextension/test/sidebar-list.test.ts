@@ -161,13 +161,15 @@ describe('TaskPager', () => {
 });
 
 describe('the live picture of a long history', () => {
-  it('holds the newest tasks and every unfinished one, however old', async () => {
+  it('holds the newest tasks and every unfinished and failed one, however old', async () => {
     const rows = history(1000);
     rows[900] = { ...rows[900], id: 'old-queued', status: 'queued' };
     const model = new TaskModel({ client: new PagingClient(rows), limit: 10, now: NOW });
     await model.refresh();
-    expect(model.size).toBe(11);
+    // the newest 10 (one of them failed), the old queued one, the 99 older failures
+    expect(model.size).toBe(10 + 1 + 99);
     expect(model.task('old-queued')?.status).toBe('queued');
+    expect(rows.filter(r => r.status === 'failed').every(r => model.task(r.id) !== undefined)).toBe(true);
     expect(model.storeCounts).toEqual({ succeeded: 899, failed: 100, queued: 1 });
   });
 });
