@@ -64,7 +64,55 @@ class StoreClient extends FakeClient {
   }
 }
 
+/** A StoreClient whose listings of failed tasks wait until `release()`. */
+class SlowFailuresClient extends StoreClient {
+  private _held: (() => void)[] = [];
+  async listTasks(query?: string): Promise<TasksResponse> {
+    const answer = await super.listTasks(query); // (the store as it was when asked)
+    if ((query ?? '').includes('status=failed')) {
+      await new Promise<void>(resolve => this._held.push(resolve));
+    }
+    return answer;
+  }
+  release(): void {
+    for (const go of this._held.splice(0)) {
+      go();
+    }
+  }
+  get holding(): number {
+    return this._held.length;
+  }
+}
+
 describe('TaskModel', () => {
+  it('draws a refresh before its failed tasks answer, and drops a stale answer', async () => {
+    const client = new SlowFailuresClient();
+    client.rows = [
+      row({ id: 'old-failure', status: 'failed', kernel_id: 'k1', created: T0 }),
+      row({ id: 'new', status: 'succeeded', kernel_id: 'k1', created: T0 + 1 })
+    ];
+    const model = new TaskModel({ client, retryDelayMs: 1, limit: 1 });
+    const seen: string[][] = [];
+    model.changed.connect(() => seen.push(model.tasks.map(t => t.id).sort()));
+    const first = model.refresh();
+    await new Promise(resolve => setTimeout(resolve, 0));
+    expect(seen).toEqual([['new']]); // drawn without waiting for the failures
+    client.release();
+    await first;
+    expect(seen[seen.length - 1]).toEqual(['new', 'old-failure']);
+    // a refresh whose failures answer after a newer refresh replaced everything
+    const older = model.refresh();
+    await new Promise(resolve => setTimeout(resolve, 0));
+    client.rows = client.rows.filter(r => r.id !== 'old-failure'); // (retried meanwhile)
+    const newer = model.refresh();
+    await new Promise(resolve => setTimeout(resolve, 0));
+    expect(client.holding).toBe(2);
+    client.release();
+    await Promise.all([older, newer]);
+    expect(model.task('old-failure')).toBeUndefined();
+  });
+
+
   it("counts a kernel's failures older than the newest tasks listed", async () => {
     // a 3,000-item map of this kernel in which the first items failed: the newest 2,000
     // tasks listed held none of them, and the status bar said "0 failed"
