@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 import traceback as tb
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -146,8 +147,8 @@ def describe_failure(exc: BaseException) -> tuple[str, str, str]:
 
 #: Where this package's code lives: its frames at the head of a task's traceback are the
 #: executor's (see ``from_the_task``); those of ``chongming_nb.testing`` are tasks.
-_PACKAGE_DIR = str(Path(__file__).resolve().parents[2]) + "/"
-_TESTING_DIR = _PACKAGE_DIR + "testing/"
+_PACKAGE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "")
+_TESTING_DIR = os.path.join(_PACKAGE_DIR, "testing", "")
 
 
 def _ours(frame: FrameType) -> bool:
