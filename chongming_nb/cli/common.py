@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 from chongming_nb.control.ownership import gone_tasks
 from chongming_nb.core.errors import StoreError
-from chongming_nb.core.models import TaskSnapshot, start_text, start_time, utc_clock
+from chongming_nb.core.models import TaskSnapshot, iso_utc, start_text, start_time, utc_clock
 from chongming_nb.core.states import TaskStatus
 from chongming_nb.stores import TaskStore, default_store_path, open_store
 from chongming_nb.stores._target import parse_target, redact
@@ -80,13 +80,6 @@ def quoted(value: object) -> str:
     return f"'{clean(value)}'"
 
 
-def json_time(value: datetime) -> str:
-    """A time in the JSON the CLI writes: ISO-8601 in UTC, always with its microseconds
-    (``2026-03-01T12:00:01.000000+00:00``: ``isoformat()`` drops a zero fraction, and a
-    script reading a fixed format broke on one time in a million)."""
-    return value.astimezone(UTC).isoformat(timespec="microseconds")
-
-
 #: Characters JSON lets through raw that a terminal or a JavaScript reader may act on:
 #: the C1 controls (U+0080-U+009F; U+009B is a terminal's CSI) and the line and paragraph
 #: separators. Only strings can hold them, so their escapes keep the JSON the same.
@@ -109,7 +102,7 @@ def to_jsonable(value: Any) -> Any:
     if isinstance(value, Enum):
         return value.value
     if isinstance(value, datetime):
-        return json_time(value)
+        return iso_utc(value)
     if is_dataclass(value) and not isinstance(value, type):
         return {f.name: to_jsonable(getattr(value, f.name)) for f in fields(value)}
     if isinstance(value, Mapping):

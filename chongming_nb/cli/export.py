@@ -16,9 +16,9 @@ from chongming_nb.cli.common import (
     _WallClock,
     _when,
     clean,
-    json_time,
     statuses_of,
 )
+from chongming_nb.core.models import iso_utc
 from chongming_nb.core.states import TERMINAL, TaskStatus
 from chongming_nb.stores import TaskQuery, TaskStore
 
@@ -177,7 +177,7 @@ class Exporting(CliBase):
         cutoff = _WallClock().now() - a.older_than
         counts = self.store.purge(older_than=cutoff, status=statuses, dry_run=a.dry_run)
         if a.json:
-            self.emit_json({"dry_run": a.dry_run, "older_than": json_time(cutoff), **counts})
+            self.emit_json({"dry_run": a.dry_run, "older_than": iso_utc(cutoff), **counts})
             return EXIT_OK
         verb = "would delete" if a.dry_run else "deleted"
         rest = ", ".join(f"{counts[t]} {t}" for t in counts if t != "tasks")

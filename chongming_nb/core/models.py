@@ -273,6 +273,13 @@ def start_text(at: datetime, now: datetime) -> str:
     return f"starts at {utc_clock(at)} (in {_in(left)})"
 
 
+def iso_utc(at: datetime) -> str:
+    """ISO-8601 text in UTC with its microseconds, always the same width
+    (``2026-03-01T12:00:01.000000+00:00``: ``isoformat()`` drops a zero fraction)."""
+    d = at if at.tzinfo is UTC else at.astimezone(UTC)
+    return d.isoformat(timespec="microseconds")
+
+
 def utc_clock(at: datetime) -> str:
     """ "14:05 UTC" (a naive time is taken as UTC)."""
     if at.tzinfo is None:

@@ -32,6 +32,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from chongming_nb.notebook import schema as S
+from chongming_nb.notebook._cells import after_each_cell
 from chongming_nb.notebook.older import Older, add_counts
 from chongming_nb.notebook.rows import epoch_ms, render_html, render_plain, summarize
 
@@ -91,24 +92,13 @@ class _CellEnd:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._tables: weakref.WeakSet[TableOutputs] = weakref.WeakSet()
-        self._hooked: set[int] = set()
 
     def add(self, table: TableOutputs) -> None:
         shell = _shell()
-        if shell is None or not self._hook(shell):
+        if shell is None or not after_each_cell(shell, self.ended):
             return
         with self._lock:
             self._tables.add(table)
-
-    def _hook(self, shell: Any) -> bool:
-        if id(shell) in self._hooked:
-            return True
-        try:
-            shell.events.register("post_run_cell", self.ended)
-        except Exception:
-            return False
-        self._hooked.add(id(shell))
-        return True
 
     def ended(self, result: Any = None) -> None:
         with self._lock:

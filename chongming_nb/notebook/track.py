@@ -44,6 +44,7 @@ from types import FrameType
 from typing import Any, Generic, TypeVar
 
 from chongming_nb.core.errors import ConfigurationError, Stopped, TaskCancelled
+from chongming_nb.notebook._cells import after_each_cell
 from chongming_nb.runtime.cancellation import CancellationToken
 
 __all__ = ["Stopped", "tqdm", "track", "trange"]
@@ -149,7 +150,6 @@ _sigint_depth = 0
 _last_interrupt: float | None = None
 _stops: queue.SimpleQueue[tqdm[Any]] = queue.SimpleQueue()
 _stopper: threading.Thread | None = None
-_hooked_shells: set[int] = set()
 #: main-thread loops left by their ``for`` whose outcome the end of the cell decides
 _deferred: list[tqdm[Any]] = []
 #: the running cell's outputs whose rows went away (``leave=False``): the cell's next row
@@ -241,17 +241,6 @@ def _after_cell(result: Any = None) -> None:
         loop._end(error)
     stack[:] = [lp for lp in stack if not lp._ended]
     _free_outputs.clear()
-
-
-def _hook_cell_end(shell: Any) -> bool:
-    if id(shell) in _hooked_shells:
-        return True
-    try:
-        shell.events.register("post_run_cell", _after_cell)
-    except Exception:
-        return False
-    _hooked_shells.add(id(shell))
-    return True
 
 
 # -------------------------------------------------------------------- the row
@@ -459,7 +448,7 @@ class tqdm(Generic[T]):
             self._fp = sys.stderr if file is None else file
         self._chain = [lp for lp in stack if lp._token is not None] + [self]
         if shell is not None and threading.current_thread() is threading.main_thread():
-            self._cell = _hook_cell_end(shell)
+            self._cell = after_each_cell(shell, _after_cell)
             try:
                 self._table, self._dh = _display_row(ctl, self._rec.task_id)
             except Exception:  # no front end after all: the record stands

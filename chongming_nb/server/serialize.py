@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from chongming_nb.control.ownership import OwnerId, refusal
 from chongming_nb.core.errors import StoreError
-from chongming_nb.core.models import AttemptRecord, Command, TaskSnapshot, Transition
+from chongming_nb.core.models import AttemptRecord, Command, TaskSnapshot, Transition, iso_utc
 from chongming_nb.core.state_machine import CONTROL_VERBS, StateMachine
 from chongming_nb.core.states import TaskStatus
 from chongming_nb.notebook.rows import NO_PAUSE, PauseClock, average_rate, build_row, pause_clock
@@ -20,9 +20,8 @@ log = logging.getLogger("chongming_nb.server")
 
 
 def iso(value: datetime | None) -> str | None:
-    """A time in the API's JSON: ISO-8601 in UTC, always with its microseconds (the
-    same width for a time on a whole second, which ``isoformat()`` writes shorter)."""
-    return None if value is None else value.astimezone(UTC).isoformat(timespec="microseconds")
+    """A time in the API's JSON (``iso_utc``: the same width on a whole second)."""
+    return None if value is None else iso_utc(value)
 
 
 def parse_owner(owner: str | None) -> tuple[str | None, int | None, str | None]:

@@ -62,10 +62,7 @@ def utc_req(value: datetime, what: str) -> datetime:
 
 def dt_to_text(value: datetime | None) -> str | None:
     """Fixed-width ISO-8601 text in UTC (sortable as text; the year is always 4 digits)."""
-    if value is None:
-        return None
-    d = value if value.tzinfo is UTC else value.astimezone(UTC)
-    return d.isoformat(timespec="microseconds")
+    return None if value is None else models.iso_utc(value)
 
 
 #: The epoch, and one microsecond: a SQLite time is ``(t - EPOCH) // MICROSECOND``.

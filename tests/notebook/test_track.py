@@ -673,7 +673,7 @@ def test_the_loops_saved_output_ends_on_its_final_state_with_a_flush_in_flight(
         return table, Handle()
 
     monkeypatch.setattr(track, "_front_end_shell", lambda: object())
-    monkeypatch.setattr(track, "_hook_cell_end", lambda shell: False)
+    monkeypatch.setattr(track, "after_each_cell", lambda shell, callback: False)
     monkeypatch.setattr(track, "_display_row", display_row)
     monkeypatch.setattr(kernel, "get_controller", lambda: ctl)
 
