@@ -457,10 +457,8 @@ class InMemoryStore(StoreBase):
     ) -> list[RunRecord]:
         with self._lock:
             self._check_open()
-            chosen = self._runs.values()
-            if status is not None:
-                wanted = set(status)
-                chosen = [r for r in chosen if r.status in wanted]  # type: ignore[assignment]
+            wanted = None if status is None else set(status)
+            chosen = [r for r in self._runs.values() if wanted is None or r.status in wanted]
             runs = sorted(chosen, key=lambda r: r.created_at, reverse=True)
         return runs if limit is None else runs[:limit]
 
