@@ -121,20 +121,45 @@ def run_module(name: str, size: str) -> tuple[list[dict[str, Any]], str | None, 
 
 
 def run_isolated(
-    name: str, size: str, *, python: str = sys.executable
+    name: str, size: str, *, python: str = sys.executable, tree: Path | None = None
 ) -> tuple[list[dict[str, Any]], str | None, float]:
     """``run_module(name, size)`` in a fresh interpreter (``python``), as a user's
-    process would run that benchmark alone. Same result; never raises."""
+    process would run that benchmark alone. Same result; never raises.
+
+    ``tree``: a checkout whose ``chongming_nb`` the benchmark imports instead of this
+    one's, the benchmark's code staying this checkout's (``benchmarks.ab``). So that
+    every interpreter the benchmark starts in turn (a CLI call, a process executor's
+    worker) imports the tree's package too, the tree leads ``PYTHONPATH`` and the child
+    runs in a directory that holds only this checkout's ``benchmarks``."""
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="chongming-bench-") as tmp:
         answer = Path(tmp) / "module.json"
         cmd = [python, "-m", "benchmarks.run", "--module", name, "--size", size,
                "--module-json", str(answer)]  # fmt: skip
-        code = subprocess.call(cmd, cwd=HERE.parent)
+        cwd, env = HERE.parent, None
+        if tree is not None:
+            cmd += ["--tree", str(tree.absolute())]
+            cwd = Path(tmp) / "run"
+            cwd.mkdir()
+            (cwd / "benchmarks").symlink_to(HERE, target_is_directory=True)
+            env = dict(os.environ)
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (str(tree.absolute()), env.get("PYTHONPATH")) if p
+            )
+        code = subprocess.call(cmd, cwd=cwd, env=env)
         if not answer.exists():
             return [], f"run failed: its interpreter exited with {code}", time.perf_counter() - t0
         got = json.loads(answer.read_text())
     return got["rows"], got["error"], got["seconds"]
+
+
+def _not_from(tree: Path) -> str | None:
+    """Why the ``chongming_nb`` a benchmark ran is not ``tree``'s (None when it is)."""
+    loaded = sys.modules.get("chongming_nb")
+    where = Path(getattr(loaded, "__file__", None) or "?").absolute().parent.parent
+    if where == tree.absolute():
+        return None
+    return f"chongming_nb was imported from {where}, not from the tree {tree}"
 
 
 # ------------------------------------------------------------------- table
@@ -246,11 +271,16 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     # the child's side of run_isolated (not for people)
     ap.add_argument("--module", help=argparse.SUPPRESS)
     ap.add_argument("--module-json", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--tree", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.module is not None:
         if args.module_json is None:
             ap.error("--module needs --module-json")
+        if args.tree is not None:
+            sys.path.insert(0, str(args.tree))
         got, err, secs = run_module(args.module, args.size)
+        if err is None and args.tree is not None:
+            err = _not_from(args.tree)
         answer = {"rows": got, "error": err, "seconds": secs}
         args.module_json.write_text(json.dumps(answer, default=str))
         return 0
