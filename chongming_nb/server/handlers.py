@@ -24,10 +24,9 @@ from jupyter_server.utils import url_path_join
 from chongming_nb.control.ownership import refusal
 from chongming_nb.core.models import Command, CommandState, TaskSnapshot
 from chongming_nb.core.state_machine import CONTROL_VERBS
-from chongming_nb.core.states import TaskStatus
 from chongming_nb.notebook.rows import NO_PAUSE
 from chongming_nb.server.contract import API_NAMESPACE, FEED_MAX_WAIT_S
-from chongming_nb.server.listing import MAX_LIMIT, BadQuery, Page, parse_listing, read_page
+from chongming_nb.server.listing import MAX_LIMIT, BadQuery, parse_listing, read_page
 from chongming_nb.server.pictures import run_graph, task_timeline
 from chongming_nb.server.serialize import (
     command_info,
@@ -153,11 +152,14 @@ class _Base(APIHandler):
         )
 
 
-def _kernel_of(snap: TaskSnapshot, owners: dict[str, OwnerRecord]) -> str | None:
-    rec = owners.get(snap.lease_owner) if snap.lease_owner else None
-    if rec is not None and rec.kernel_id:
-        return rec.kernel_id
-    return parse_owner(snap.lease_owner)[2]
+def _owners_of(kernels: set[str], owners: dict[str, OwnerRecord]) -> frozenset[str]:
+    """The controllers that ran in these kernels (every controller with a store keeps
+    an owner record there; its kernel is the record's, else the one its id names)."""
+    return frozenset(
+        owner_id
+        for owner_id, rec in owners.items()
+        if (rec.kernel_id or parse_owner(owner_id)[2]) in kernels
+    )
 
 
 class TasksHandler(_Base):
@@ -165,8 +167,9 @@ class TasksHandler(_Base):
     page (``next`` is the cursor of the following page, or null), the counts per status
     of the tasks the filter matches (``counts``; null with a name or text filter whose
     matches span more than this page) and of the whole store (``totals``).
-    ``kernel=ID`` / ``notebook=PATH`` filter by owner instead: every matching row is
-    read (no page)."""
+    ``kernel=ID`` / ``notebook=PATH``: the tasks of that kernel's controllers only (a
+    notebook's: of the kernels its sessions have now), paged and counted as a text
+    filter is."""
 
     @tornado.web.authenticated
     async def get(self) -> None:
@@ -183,28 +186,19 @@ class TasksHandler(_Base):
             self._fail(err)
             return
         owners, sessions = await self._context()
-        kernels: set[str] | None = None
-        if kernel is not None:
-            kernels = {kernel}
-        if notebook is not None:
-            by_path = {k for k, p in sessions.items() if p == notebook}
-            kernels = by_path if kernels is None else kernels & by_path
+        if kernel is not None or notebook is not None:
+            kernels = {kernel} if kernel is not None else set(sessions)
+            if notebook is not None:
+                kernels &= {k for k, p in sessions.items() if p == notebook}
+            listing = replace(listing, owners=_owners_of(kernels, owners))
         cursor = await self.cm.feed.primed()
-
-        def by_owner(store: Any, chosen: set[str]) -> Page:
-            every = store.query(replace(listing.query(), limit=None))
-            mine = [s for s in every if _kernel_of(s, owners) in chosen]
-            counts = dict.fromkeys(TaskStatus, 0)
-            for s in mine:
-                counts[s.status] += 1
-            return Page(mine[: listing.limit], None, counts, store.counts())
 
         def answer() -> str | BadRequest:
             # the rows and JSON built here, on a store thread, so a big listing never
             # holds up the event loop
             store = self.cm.get_store()
             try:
-                page = read_page(store, listing) if kernels is None else by_owner(store, kernels)
+                page = read_page(store, listing)
             except BadQuery as err:
                 return BadRequest(400, str(err))
             return encode(

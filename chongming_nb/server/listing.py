@@ -38,10 +38,16 @@ class Listing:
     text: str | None = None
     limit: int = DEFAULT_LIMIT
     after: str | None = None
+    #: the tasks of these controllers only (``lease_owner``): a notebook's or a kernel's
+    owners: frozenset[str] | None = None
 
     def query(self) -> TaskQuery:
         return TaskQuery(
-            status=self.statuses, name_prefix=self.name, text=self.text, limit=self.limit
+            status=self.statuses,
+            name_prefix=self.name,
+            text=self.text,
+            owners=self.owners,
+            limit=self.limit,
         )
 
 
@@ -98,9 +104,9 @@ def _last(args: Callable[[str], list[str]], name: str) -> str | None:
 
 def read_page(store: TaskStore, listing: Listing) -> Page:
     """One keyset page (its cost does not grow with the rows before it) and the counts.
-    Without a name or text the counts are the store's kept ones (a few rows). With one,
-    no index counts the matches (a million tasks: seconds), so they are counted only
-    when this page holds every match, and are None otherwise."""
+    Without a name, text or owner the counts are the store's kept ones (a few rows).
+    With one, no index counts the matches (a million tasks: seconds), so they are
+    counted only when this page holds every match, and are None otherwise."""
     q = listing.query()
     try:
         snaps, following = store.page(q, after=listing.after)
@@ -112,7 +118,7 @@ def read_page(store: TaskStore, listing: Listing) -> Page:
             "(pass the 'next' of the previous page)"
         ) from None
     totals = store.counts()
-    if q.name_prefix is None and q.text is None:
+    if q.name_prefix is None and q.text is None and q.owners is None:
         wanted = q.status
         counts = {s: (n if wanted is None or s in wanted else 0) for s, n in totals.items()}
     elif listing.after is None and following is None:

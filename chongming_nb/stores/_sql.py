@@ -173,6 +173,10 @@ def task_where(q: TaskQuery, d: Dialect) -> tuple[str, list[Any]]:
     if q.owner is not None:
         parts.append("lease_owner = ?")
         params.append(q.owner)
+    if q.owners is not None:
+        sql, p = d.in_list("lease_owner", sorted(q.owners))
+        parts.append(sql)
+        params += p
     if q.buckets is not None:
         sql, p = d.in_list("bucket", sorted(q.buckets))
         parts.append(sql)

@@ -54,6 +54,8 @@ def matches(q: TaskQuery, s: TaskSnapshot) -> bool:
         return False
     if q.owner is not None and s.lease_owner != q.owner:
         return False
+    if q.owners is not None and s.lease_owner not in q.owners:
+        return False
     if q.buckets is not None and s.bucket not in q.buckets:
         return False
     return not (q.ids is not None and s.task_id not in q.ids)

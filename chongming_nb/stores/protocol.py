@@ -91,7 +91,9 @@ class TaskQuery:
 
     ``status``: any of these statuses; ``tag``: has this tag; ``name_prefix``: name
     starts with it (case-sensitive); ``pipeline_run_id``: belongs to this run;
-    ``owner``: ``lease_owner`` equals it; ``buckets``: ``bucket`` is one of them;
+    ``owner``: ``lease_owner`` equals it; ``owners``: ``lease_owner`` is one of them (an
+    empty set: no task; no index serves it, as with ``text``); ``buckets``: ``bucket`` is
+    one of them;
     ``ids``: task id is one of them; ``limit``: at most this many (after ordering);
     ``order``: ``"newest"`` (default) or ``"oldest"`` by ``created_at``; ``text``: the
     name or the task id contains it, ignoring the case of ASCII letters (``%`` and ``_``
@@ -103,6 +105,7 @@ class TaskQuery:
     name_prefix: str | None = None
     pipeline_run_id: str | None = None
     owner: str | None = None
+    owners: frozenset[str] | None = None
     buckets: frozenset[int] | None = None
     ids: frozenset[str] | None = None
     limit: int | None = None

@@ -145,6 +145,8 @@ export async function requestAPI<T>(
 export function tasksQuery(params: {
   status?: readonly string[];
   kernel?: string | null;
+  /** A notebook's path: the tasks of its kernel. */
+  notebook?: string | null;
   name?: string | null;
   /** Name or id contains it (any case). */
   text?: string | null;
@@ -158,6 +160,9 @@ export function tasksQuery(params: {
   }
   if (params.kernel) {
     parts.push(`kernel=${encodeURIComponent(params.kernel)}`);
+  }
+  if (params.notebook) {
+    parts.push(`notebook=${encodeURIComponent(params.notebook)}`);
   }
   if (params.name) {
     parts.push(`name=${encodeURIComponent(params.name)}`);

@@ -25,6 +25,7 @@ import { NotebookLookup, SNAPSHOT_RANK, snapshotFactory } from './snapshot';
 import { TIMELINE_MIME } from './timeline';
 import { TIMELINE_RANK, timelineFactory } from './timeline-mime';
 import { SNAPSHOT_MIME } from './contract';
+import { KERNEL_KEY_PREFIX } from './render';
 import { RunGraphPanel } from './run-graph';
 import { TasksPanel } from './sidebar';
 import { PicturesClient, TaskPictures } from './sidebar-detail';
@@ -240,7 +241,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         const kernelId = item.kernelId;
         const row = model.tasks.find(t => t.kernel_id === kernelId);
         const path = row?.notebook ?? (kernelId ? model.sessions.get(kernelId) : undefined);
-        panel.setNotebookFilter(path ?? (kernelId ? `kernel:${kernelId}` : null));
+        panel.setNotebookFilter(path ?? (kernelId ? `${KERNEL_KEY_PREFIX}${kernelId}` : null));
         app.shell.activateById(panel.id);
       });
       const activeChanged = new Signal<TaskStatusItem, void>(item);

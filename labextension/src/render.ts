@@ -46,6 +46,8 @@ export { ROW_VERBS };
 export type { RowContext };
 
 export const NO_KERNEL_KEY = '';
+/** The key of a kernel no notebook session knows: this prefix and its id. */
+export const KERNEL_KEY_PREFIX = 'kernel:';
 
 // ------------------------------------------------------------------ formatting
 
@@ -62,7 +64,7 @@ export function shortId(id: string): string {
 
 /** The group a task belongs to: its notebook, else its kernel, else "no kernel". */
 export function notebookKey(row: ListingRow): string {
-  return row.notebook ?? (row.kernel_id ? `kernel:${row.kernel_id}` : NO_KERNEL_KEY);
+  return row.notebook ?? (row.kernel_id ? `${KERNEL_KEY_PREFIX}${row.kernel_id}` : NO_KERNEL_KEY);
 }
 
 /** When the controller that owns a task started (ms), from its owner id
@@ -81,7 +83,7 @@ export function notebookLabel(key: string, rows: readonly ListingRow[] = []): st
   if (key === NO_KERNEL_KEY) {
     return 'No live kernel';
   }
-  if (key.startsWith('kernel:')) {
+  if (key.startsWith(KERNEL_KEY_PREFIX)) {
     const gone = rows.some(r => r.kernel_gone || r.kernel_gone_reason !== null);
     const started = rows.map(r => ownerStarted(r.owner)).find(t => t !== null) ?? null;
     const when = started !== null ? `, started ${formatClock(started)}` : '';

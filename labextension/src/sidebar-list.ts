@@ -22,15 +22,32 @@ import {
   isTerminal
 } from './contract';
 import { describe } from './model';
+import { KERNEL_KEY_PREFIX, NO_KERNEL_KEY } from './render';
 
-/** The filters the server applies (the notebook filter stays in the browser). */
+/** The filters the server applies. */
 export interface ServerFilter {
   statuses: readonly string[];
   /** Name or id contains it (any case); '' for none. */
   text: string;
+  /**
+   * One notebook's tasks: a notebook key (`render.notebookKey`), null or absent for
+   * every notebook. The tasks of no kernel (`NO_KERNEL_KEY`) are picked in the browser
+   * (the server has no owner to ask for).
+   */
+  notebook?: string | null;
 }
 
-export const NO_SERVER_FILTER: ServerFilter = { statuses: [], text: '' };
+export const NO_SERVER_FILTER: ServerFilter = { statuses: [], text: '', notebook: null };
+
+/** The REST list's owner filter for a notebook key: `notebook=PATH` or `kernel=ID`. */
+export function ownerQuery(key: string | null | undefined): { notebook?: string; kernel?: string } {
+  if (key === null || key === undefined || key === NO_KERNEL_KEY) {
+    return {};
+  }
+  return key.startsWith(KERNEL_KEY_PREFIX)
+    ? { kernel: key.slice(KERNEL_KEY_PREFIX.length) }
+    : { notebook: key };
+}
 
 export interface ITaskPagerOptions {
   pageSize?: number;
@@ -119,14 +136,16 @@ export class TaskPager {
 
   /** Show another filter: drops the loaded rows and reads its first page. */
   setFilter(filter: ServerFilter): Promise<void> {
+    const notebook = filter.notebook ?? null;
     const same =
       filter.text === this._filter.text &&
+      notebook === (this._filter.notebook ?? null) &&
       filter.statuses.length === this._filter.statuses.length &&
       filter.statuses.every(s => this._filter.statuses.includes(s));
     if (same && (this._loaded || this._inflight !== null)) {
       return this._inflight ?? Promise.resolve();
     }
-    this._filter = { statuses: [...filter.statuses], text: filter.text };
+    this._filter = { statuses: [...filter.statuses], text: filter.text, notebook };
     this._rows.clear();
     this._next = null;
     this._loaded = false;
@@ -186,6 +205,7 @@ export class TaskPager {
     const query = tasksQuery({
       status: this._filter.statuses,
       text: this._filter.text.trim() || null,
+      ...ownerQuery(this._filter.notebook),
       limit,
       after
     });
@@ -301,13 +321,16 @@ export function grouped(n: number): string {
  * (`totals`) or, with a status or text filter, of the tasks it matches.
  */
 export function listLine(shown: number, pager: TaskPager, totals: Readonly<Record<string, number>> | null, known: number): string {
-  const filtered = pager.filter.statuses.length > 0 || pager.filter.text.trim() !== '';
+  const filtered =
+    pager.filter.statuses.length > 0 ||
+    pager.filter.text.trim() !== '' ||
+    Object.keys(ownerQuery(pager.filter.notebook)).length > 0;
   const store = Math.max(totals ? sum(totals) : 0, known);
   if (!filtered || !pager.loaded) {
     return `${grouped(shown)} of ${grouped(store)} tasks`;
   }
   const matching = pager.matching;
-  // a text filter's matches are counted once all are loaded: "200+" until then
+  // a text's or a notebook's matches are counted once all are loaded: "200+" until then
   const of = matching === null ? `${grouped(pager.size)}+` : grouped(Math.max(matching, shown));
   return `${grouped(shown)} of ${of} matching tasks (${grouped(store)} in the store)`;
 }
@@ -377,7 +400,7 @@ export class ListFooter {
       text = 'Loading older tasks…';
     } else if (pager.atCap) {
       text =
-        `The newest ${grouped(pager.size)} are loaded: filter by status or name ` +
+        `The newest ${grouped(pager.size)} are loaded: filter by status, notebook or name ` +
         'to reach older tasks.';
     } else if (pager.hasMore) {
       button = `Load ${grouped(pager.pageSize)} older tasks`;

@@ -165,7 +165,7 @@ export class TasksPanel extends Widget {
     this._filter = { statuses: new Set(), notebook: key, text: '' };
     this._statusSelect.value = '';
     this._textInput.value = '';
-    void this._pager.setFilter(NO_SERVER_FILTER);
+    void this._pager.setFilter({ ...NO_SERVER_FILTER, notebook: key });
     this._updateNotebookOptions();
     this._notebookSelect.value = toOptionValue(key);
     this._layoutDirty = true;
@@ -225,7 +225,8 @@ export class TasksPanel extends Widget {
       this._layoutRevision = this.model.layoutRevision;
       const tasks = listedRows(this._pager, this.model);
       this._known = tasks.length;
-      this._updateNotebookOptions(tasks);
+      // (the live picture too: a notebook filter's pages hold that notebook's rows only)
+      this._updateNotebookOptions(tasks.concat(this.model.tasks));
       const rows = filterTasks(tasks, this._filter);
       this._shown = rows.length;
       this._list.setGroups(groupByNotebook(rows));
@@ -332,7 +333,11 @@ export class TasksPanel extends Widget {
     this._layoutDirty = true;
     this._scheduleRender();
     window.clearTimeout(this._textTimer);
-    const server: ServerFilter = { statuses, text: this._filter.text.trim() };
+    const server: ServerFilter = {
+      statuses,
+      text: this._filter.text.trim(),
+      notebook: this._filter.notebook
+    };
     if (toServer) {
       void this._pager.setFilter(server);
     } else {

@@ -23,17 +23,22 @@ class PagingClient implements ITasksClient {
     this.queries.push(q);
     const statuses = (q.get('status') ?? '').split(',').filter(Boolean);
     const text = (q.get('text') ?? '').toLowerCase();
+    const notebook = q.get('notebook');
+    const kernel = q.get('kernel');
     const match = this.rows.filter(
       r =>
         (statuses.length === 0 || statuses.includes(r.status)) &&
-        (!text || r.name.toLowerCase().includes(text) || r.id.toLowerCase().includes(text))
+        (!text || r.name.toLowerCase().includes(text) || r.id.toLowerCase().includes(text)) &&
+        (notebook === null || r.notebook === notebook) &&
+        (kernel === null || r.kernel_id === kernel)
     );
     const start = q.get('after') ? Number(q.get('after')) : 0;
     const limit = Number(q.get('limit') ?? 500);
     const tasks = match.slice(start, start + limit);
     const next = start + limit < match.length ? String(start + limit) : null;
-    // as the server: a text's matches are counted only when one page holds them all
-    const counted = !text || (start === 0 && next === null);
+    // as the server: the matches of a text or an owner are counted only when one page
+    // holds them all
+    const counted = (!text && notebook === null && kernel === null) || (start === 0 && next === null);
     return {
       tasks,
       next,
@@ -275,6 +280,63 @@ describe('the Tasks panel over a long history', () => {
     model.dispose();
   });
 
+  it("shows a notebook's tasks however old they are: the server picks them, a page at a time", async () => {
+    const rows = history(1000);
+    for (let i = 300; i < 550; i++) {
+      rows[i] = { ...rows[i], kernel_id: 'k-etl', notebook: 'etl.ipynb' };
+    }
+    for (let i = 800; i < 810; i++) {
+      rows[i] = { ...rows[i], kernel_id: 'k-gone' };
+    }
+    const client = new PagingClient(rows);
+    const model = new TaskModel({ client, limit: 10, now: NOW });
+    await model.refresh();
+    const panel = new TasksPanel(model, client);
+    document.body.append(panel.node);
+    await settle(panel);
+    const status = () => panel.node.querySelector('.cm-TasksPanel-status')?.textContent;
+
+    // the status bar's click: every task of that notebook, none of them on the first page
+    panel.setNotebookFilter('etl.ipynb');
+    await settle(panel);
+    panel.render();
+    expect(client.queries.at(-1)?.get('notebook')).toBe('etl.ipynb');
+    expect(client.queries.at(-1)?.has('kernel')).toBe(false);
+    expect(panel.list.rowCount).toBe(200);
+    expect(panel.list.scrollToTask('h0300')).toBe(true);
+    expect(panel.list.scrollToTask('h0299')).toBe(false);
+    expect(status()).toBe('200 of 200+ matching tasks (1,000 in the store)');
+    // the menu still offers the other notebooks (from the live picture)
+    const options = Array.from(
+      panel.node.querySelectorAll<HTMLOptionElement>('.cm-Filter-notebook option')
+    ).map(o => o.textContent);
+    expect(options).toEqual(['All notebooks', 'etl.ipynb', 'A kernel with no notebook', 'No live kernel']);
+    panel.node.querySelector<HTMLButtonElement>('.cm-TasksPanel-moreButton')!.click();
+    await settle(panel);
+    panel.render();
+    expect(client.queries.at(-1)?.get('after')).toBe('200');
+    expect(panel.list.rowCount).toBe(250);
+    expect(panel.list.scrollToTask('h0549')).toBe(true);
+    expect(status()).toBe('250 of 250 matching tasks (1,000 in the store)');
+
+    // a kernel no session knows: by its id
+    panel.setNotebookFilter('kernel:k-gone');
+    await settle(panel);
+    panel.render();
+    expect(client.queries.at(-1)?.get('kernel')).toBe('k-gone');
+    expect(panel.list.rowCount).toBe(10);
+
+    // every notebook again: no owner asked for
+    panel.setNotebookFilter(null);
+    await settle(panel);
+    panel.render();
+    const last = client.queries.filter(q => !q.has('status')).at(-1)!;
+    expect([last.has('notebook'), last.has('kernel')]).toEqual([false, false]);
+    expect(status()).toBe('200 of 1,000 tasks');
+    panel.dispose();
+    model.dispose();
+  });
+
   it('says when the loaded rows reach the cap and how to reach older tasks', async () => {
     const pager = new TaskPager(new PagingClient(history(30)), { pageSize: 10, maxRows: 20 });
     await pager.setFilter({ statuses: [], text: '' });
@@ -283,7 +345,7 @@ describe('the Tasks panel over a long history', () => {
     const footer = new ListFooter(() => undefined);
     footer.update(pager);
     expect(footer.node.textContent).toBe(
-      'The newest 20 are loaded: filter by status or name to reach older tasks.'
+      'The newest 20 are loaded: filter by status, notebook or name to reach older tasks.'
     );
     expect(grouped(1234567)).toBe('1,234,567');
   });

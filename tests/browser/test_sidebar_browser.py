@@ -140,6 +140,21 @@ def test_sidebar_lists_two_notebooks_and_stops_a_task_while_its_kernel_is_busy(
     # names are text, not markup
     assert alpha_row.locator(".cm-Row-name").inner_text() == "alpha-task <b>x</b>"
     assert alpha_row.locator("b").count() == 0
+    # the notebook menu: the server picks that notebook's tasks (its kernel's session)
+    menu = panel.locator("select.cm-Filter-notebook")
+    with page.expect_response(
+        lambda r: "/chongming/api/tasks?" in r.url and "notebook=beta.ipynb" in r.url
+    ) as answered:
+        menu.select_option("nb:beta.ipynb")
+    assert [t["id"] for t in answered.value.json()["tasks"]] == [beta]
+    alpha_row.wait_for(state="detached")
+    assert beta_row.count() == 1
+    assert "alpha.ipynb" in menu.inner_text()  # the other notebook is still offered
+    menu.select_option("nb:alpha.ipynb")
+    beta_row.wait_for(state="detached")
+    alpha_row.wait_for()
+    menu.select_option(label="All notebooks")
+    beta_row.wait_for()
     page.wait_for_function(
         f"""() => document.querySelector('{PANEL} li[data-task-id="{alpha}"]')
                   ?.dataset.status === 'running'"""

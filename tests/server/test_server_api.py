@@ -17,7 +17,9 @@ from chongming_nb.core.states import TaskStatus
 from chongming_nb.notebook import schema as NS
 from chongming_nb.runtime.clock import SYSTEM_CLOCK
 from chongming_nb.server.serialize import attempt_row
+from chongming_nb.server.state import ServerState
 from chongming_nb.stores import SqliteStore
+from chongming_nb.testing import FakeClock
 
 S = TaskStatus
 API = ("chongming", "api")
@@ -109,6 +111,46 @@ async def test_listing_pages_by_cursor(jp_fetch, two_kernels):
     assert seen == whole and len(whole) == 4
     code, body = await fail(jp_fetch, "tasks", after="12x:nope")
     assert code == 400 and "cursor" in body["message"]
+
+
+async def test_a_notebooks_tasks_page_by_cursor_however_old(jp_fetch, kernel_store, monkeypatch):
+    """The Tasks panel's notebook filter over a store whose newest tasks are another
+    notebook's: ``notebook=`` / ``kernel=`` read one page of that kernel's controllers'
+    tasks (a restarted kernel's too) with the cursor to the next; they read every task of
+    the store and answered one page with no cursor."""
+    a = register_owner(kernel_store, "kernel-a", pid=11)
+    b = register_owner(kernel_store, "kernel-b", pid=22)
+    b_again = register_owner(kernel_store, "kernel-b", pid=23)  # the same kernel, restarted
+    base = datetime.now(UTC) - timedelta(hours=1)
+    for i in range(12):
+        owner = (b if i % 2 else b_again) if i < 5 else a
+        clock = FakeClock(base + timedelta(seconds=i))
+        put_task(kernel_store, f"t{i:02d}", S.SUCCEEDED, owner=owner, clock=clock)
+
+    async def sessions(self: ServerState) -> dict[str, str]:
+        return {"kernel-b": "etl.ipynb", "kernel-a": "report.ipynb"}
+
+    monkeypatch.setattr(ServerState, "sessions", sessions)
+    for params in ({"notebook": "etl.ipynb"}, {"kernel": "kernel-b"}):
+        seen: list[str] = []
+        query = {**params, "limit": "2"}
+        first = await get_json(jp_fetch, "tasks", **query)
+        assert first["next"] is not None and first["counts"] is None  # not counted: no index
+        assert first["totals"]["succeeded"] == 12
+        data = first
+        while True:
+            seen += [r["id"] for r in data["tasks"]]
+            assert {r["notebook"] for r in data["tasks"]} <= {"etl.ipynb"}
+            if data["next"] is None:
+                break
+            data = await get_json(jp_fetch, "tasks", **query, after=data["next"])
+        assert seen == ["t04", "t03", "t02", "t01", "t00"], params
+    whole = await get_json(jp_fetch, "tasks", notebook="etl.ipynb")
+    assert whole["next"] is None and whole["counts"]["succeeded"] == 5  # one page: counted
+    both = await get_json(jp_fetch, "tasks", notebook="etl.ipynb", kernel="kernel-a")
+    assert both["tasks"] == []  # both must hold
+    nowhere = await get_json(jp_fetch, "tasks", notebook="nowhere.ipynb")
+    assert nowhere["tasks"] == [] and nowhere["next"] is None
 
 
 @pytest.mark.parametrize(
