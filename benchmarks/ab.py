@@ -169,7 +169,8 @@ def main(
                 print(f"... round {i + 1}/{args.rounds}: bench_{name}, {side} tree", file=out)
                 rows, err, _ = run(name, args.size, tree)
                 if err is not None:
-                    print(f"bench_{name} failed with the {side} tree ({tree}): {err}", file=out)
+                    which = "this tree" if side == "this" else "the other tree"
+                    print(f"bench_{name} failed with {which} ({tree}): {err}", file=out)
                     return 1
                 rnd[side].extend(rows)
         rounds.append(rnd)

@@ -44,8 +44,6 @@ from chongming_nb.core.states import (
     RequestedAction,
     TaskStatus,
 )
-from chongming_nb.pictures.timeline import Timeline as _Timeline
-from chongming_nb.pictures.timeline import set_live_display as _set_live_timeline
 
 if TYPE_CHECKING:
     from chongming_nb.control.controller import Controller
@@ -82,6 +80,7 @@ if TYPE_CHECKING:
         Timeout,
     )
     from chongming_nb.notebook.track import tqdm, track, trange
+    from chongming_nb.pictures.timeline import Timeline
     from chongming_nb.runtime.cancellation import CancellationToken
     from chongming_nb.runtime.context import TaskContext
     from chongming_nb.runtime.executors import InlineExecutor, ThreadExecutor
@@ -156,14 +155,13 @@ def _show(ctl: object, **kw: object) -> None:
     show(ctl, **kw)
 
 
-def _show_timeline(first: _Timeline, refresh: Callable[[], _Timeline]) -> None:
+def _show_timeline(first: "Timeline", refresh: Callable[[], "Timeline"]) -> None:
     from chongming_nb.notebook.pictures import show_live_timeline
 
     show_live_timeline(first, refresh)
 
 
-_display.set_renderer(_bundle, _board, _show)
-_set_live_timeline(_show_timeline)
+_display.set_renderer(_bundle, _board, _show, _show_timeline)
 
 
 def load_ipython_extension(ipython: object) -> None:

@@ -469,6 +469,7 @@ class Controller(TaskLister):
             title="attempts",
             now=self._clock.now(),
             refresh=lambda: self.timeline(**filters),
+            show_live=display.live_timeline,
             **filters,
         )
 

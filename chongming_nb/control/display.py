@@ -13,18 +13,32 @@ from typing import Any
 _bundle: Callable[..., Any] | None = None
 _board: Callable[..., Any] | None = None
 _show: Callable[..., Any] | None = None
+_live_timeline: Callable[..., Any] | None = None
 
 
 def set_renderer(
     bundle: Callable[..., Any],
     board: Callable[..., Any],
     show: Callable[..., Any] | None = None,
+    live_timeline: Callable[..., Any] | None = None,
 ) -> None:
     """``bundle(ctl, **kw) -> (data, metadata)`` for _repr_mimebundle_; ``board(ctl,
     **filters)`` -> a widget; ``show(ctl, **kw)`` displays the live table in a notebook
-    output that is updated when its tasks change state (``_ipython_display_``)."""
-    global _bundle, _board, _show
-    _bundle, _board, _show = bundle, board, show
+    output that is updated when its tasks change state (``_ipython_display_``);
+    ``live_timeline(first, refresh)`` does the same for a timeline."""
+    global _bundle, _board, _show, _live_timeline
+    _bundle, _board, _show, _live_timeline = bundle, board, show, live_timeline
+
+
+def live_timeline(first: Any, refresh: Callable[[], Any]) -> None:
+    """A live timeline's ``show_live`` (``pictures.from_source``): the notebook
+    renderer's display that redraws it as its work goes on, else the picture once."""
+    if _live_timeline is not None:
+        _live_timeline(first, refresh)
+        return
+    from IPython.display import display
+
+    display(first._repr_mimebundle_(), raw=True)
 
 
 def bundle(obj: Any, ctl: Any, **kw: Any) -> Any:

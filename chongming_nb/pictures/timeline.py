@@ -149,9 +149,9 @@ class Timeline:
         """In a notebook: shown at once and, while its work goes on (a controller's or a
         run's timeline that is still ``live``), redrawn as it changes, so the saved
         notebook keeps the final picture."""
-        refresh = self.meta.get("refresh")
-        if _live_display is not None and self.live and callable(refresh):
-            _live_display(self, refresh)
+        refresh, show_live = self.meta.get("refresh"), self.meta.get("show_live")
+        if show_live is not None and self.live and callable(refresh):
+            show_live(self, refresh)
             return
         from IPython.display import display
 
@@ -161,15 +161,9 @@ class Timeline:
         return f"<Timeline {self.summary()}>"
 
 
-#: ``show(first, refresh)`` displays a live timeline (the notebook layer installs it).
+#: ``show(first, refresh)`` displays a live timeline in a notebook (the control layer
+#: passes the notebook layer's, ``control.display.live_timeline``, to ``from_source``).
 LiveDisplay = Callable[[Timeline, Callable[[], Timeline]], Any]
-_live_display: LiveDisplay | None = None
-
-
-def set_live_display(show: LiveDisplay) -> None:
-    """Install the notebook's display of a live timeline (``chongming_nb`` does)."""
-    global _live_display
-    _live_display = show
 
 
 class HistorySource(Protocol):
@@ -187,11 +181,13 @@ def from_source(
     title: str = "",
     now: datetime | None = None,
     refresh: Callable[[], Timeline] | None = None,
+    show_live: LiveDisplay | None = None,
     **filters: Any,
 ) -> Timeline:
     """The timeline of the tasks ``filters`` select (the DataFrame filters: ``status``,
     ``tag``, ``name_prefix``, ``pipeline_run_id``, ``ids``, ``limit``), cut to the attempts
-    that overlap ``[since, until]`` and the transitions inside it."""
+    that overlap ``[since, until]`` and the transitions inside it. ``refresh`` draws it
+    again; with ``show_live`` a notebook shows it that way while its work goes on."""
     for name, value in (("since", since), ("until", until)):
         if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
             raise ConfigurationError(f"{name} must be a timezone-aware datetime, got {value!r}")
@@ -211,7 +207,8 @@ def from_source(
         attempts = attempts[keep]
     tl = build(attempts, transitions, now=now, title=title)
     if refresh is not None:  # a live source: how to draw it again, and what to watch
-        tl = replace(tl, meta={**tl.meta, "refresh": refresh, "source": source})
+        live = {"refresh": refresh, "source": source, "show_live": show_live}
+        tl = replace(tl, meta={**tl.meta, **live})
     return tl
 
 

@@ -14,6 +14,30 @@ import chongming_nb as cn
 from chongming_nb.notebook.pictures import LivePicture, show_run_graph
 
 
+def test_a_live_timeline_in_a_cell_is_shown_by_the_notebook_layer(ctl, monkeypatch) -> None:
+    """``ctl.timeline()`` as a cell's value while its work runs: the live display the
+    package root installs gets it and its refresh; once nothing runs, it is shown once."""
+    from chongming_nb.control import display
+
+    seen: list[tuple[Any, Any]] = []
+    monkeypatch.setattr(display, "_live_timeline", lambda first, again: seen.append((first, again)))
+    gate = threading.Event()
+    h = ctl.submit(lambda ctx: gate.wait(30), name="waits")
+    first = ctl.timeline()
+    while not first.bars:  # the attempt has started once it has a bar
+        first = ctl.timeline()
+    first._ipython_display_()
+    assert seen == [(first, first.meta["refresh"])]
+    gate.set()
+    h.result(timeout=30)
+    shown: list[Any] = []
+    monkeypatch.setattr("IPython.display.display", lambda data, raw: shown.append(data))
+    done = ctl.timeline()
+    assert not done.live
+    done._ipython_display_()
+    assert len(seen) == 1 and len(shown) == 1  # the final picture, once
+
+
 class Outputs:
     """A stand-in for IPython's display / update_display, recording what was published."""
 

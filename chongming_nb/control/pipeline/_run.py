@@ -21,6 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from chongming_nb.control import display
 from chongming_nb.control.pipeline._build import expand, materialize
 from chongming_nb.control.pipeline._node import Node, PipelineShape
 from chongming_nb.control.pipeline._record import (
@@ -480,6 +481,7 @@ class PipelineRun:
             title=f"run {self.name}",
             now=self._now(),
             refresh=lambda: self.timeline(**filters),
+            show_live=display.live_timeline,
             **filters,
         )
 
