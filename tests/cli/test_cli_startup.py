@@ -57,6 +57,10 @@ HEAVY_PACKAGES = frozenset(
         "shutil",
         "bz2",
         "lzma",
+        # an owner id's nonce: os.urandom, not secrets (which loads random and hashlib)
+        "secrets",
+        "random",
+        "hashlib",
     }
 )
 
