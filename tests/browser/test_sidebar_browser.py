@@ -149,6 +149,7 @@ def test_sidebar_lists_two_notebooks_and_stops_a_task_while_its_kernel_is_busy(
     assert [t["id"] for t in answered.value.json()["tasks"]] == [beta]
     alpha_row.wait_for(state="detached")
     assert beta_row.count() == 1
+    page.screenshot(path=str(tmp_path / "sidebar-one-notebook.png"))
     assert "alpha.ipynb" in menu.inner_text()  # the other notebook is still offered
     menu.select_option("nb:alpha.ipynb")
     beta_row.wait_for(state="detached")
