@@ -165,8 +165,8 @@ def _owners_of(kernels: set[str], owners: dict[str, OwnerRecord]) -> frozenset[s
 class TasksHandler(_Base):
     """``GET tasks?status=a,b&name=PREFIX&text=WORD&limit=N&after=CURSOR``: one keyset
     page (``next`` is the cursor of the following page, or null), the counts per status
-    of the tasks the filter matches (``counts``; null with a name or text filter whose
-    matches span more than this page) and of the whole store (``totals``).
+    of the tasks the filter matches (``counts``; null with a name, text or owner filter
+    whose matches span more than this page) and of the whole store (``totals``).
     ``kernel=ID`` / ``notebook=PATH``: the tasks of that kernel's controllers only (a
     notebook's: of the kernels its sessions have now), paged and counted as a text
     filter is."""
