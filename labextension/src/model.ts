@@ -12,11 +12,20 @@ import {
   ListingRow,
   tasksQuery
 } from './api';
-import { ControlVerb, FEED_MAX_WAIT_S, LIST_MAX_ROWS, TASK_STATUSES, TaskStatus, isTerminal } from './contract';
+import {
+  ControlVerb,
+  FEED_MAX_WAIT_S,
+  LIST_MAX_ROWS,
+  STATUS_TONES,
+  TASK_STATUSES,
+  TaskStatus,
+  isTerminal
+} from './contract';
 
 const UNFINISHED = TASK_STATUSES.filter(s => !isTerminal(s));
-/** The statuses the status bar counts as failed (`countStatuses`). */
-export const FAILED_STATUSES: readonly TaskStatus[] = ['failed', 'lost'];
+/** The statuses that count as failed (the status bar, the panel's "Failed or lost"): the
+ * "bad" tone of the generated status table (failed, lost). */
+export const FAILED_STATUSES: readonly TaskStatus[] = TASK_STATUSES.filter(s => STATUS_TONES[s] === 'bad');
 
 /** What the model remembers about a command it sent. */
 export interface PendingCommand {

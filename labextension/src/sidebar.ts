@@ -15,7 +15,7 @@ import {
   VERB_LABELS,
   isTerminal
 } from './contract';
-import { PendingCommand, TaskModel, describe } from './model';
+import { FAILED_STATUSES, PendingCommand, TaskModel, describe } from './model';
 import { NOTE_TTL_MS, RowNote } from './row';
 import {
   EMPTY_FILTER,
@@ -48,7 +48,7 @@ const STATUS_GROUPS: Record<string, { label: string; statuses: readonly string[]
     statuses: TASK_STATUSES.filter(s => !isTerminal(s))
   },
   finished: { label: 'Finished', statuses: TASK_STATUSES.filter(s => isTerminal(s)) },
-  problems: { label: 'Failed or lost', statuses: ['failed', 'lost'] }
+  problems: { label: 'Failed or lost', statuses: FAILED_STATUSES }
 };
 
 export class TasksPanel extends Widget {
